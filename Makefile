@@ -1,0 +1,39 @@
+# Two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates .venv on first use and installs only when pyproject.toml or constraints.txt changed.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+HASH   := $(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
+PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test info bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.core-$(HASH): | $(BIN)/python
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.dev-$(HASH): $(VENV)/.core-$(HASH)
+	$(PIP) -e ".[dev,notebook]"
+	touch $@
+
+# Chromium comes from Debian (a browser download by a test tool is not possible here).
+/usr/bin/chromium:
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+
+demo: $(VENV)/.core-$(HASH)
+	$(BIN)/orchlib demo $(ARGS)
+
+info: $(VENV)/.core-$(HASH)
+	$(BIN)/orchlib info
+
+test: $(VENV)/.dev-$(HASH) /usr/bin/chromium
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: $(VENV)/.dev-$(HASH)
+	$(PIP) -e ".[bench]"
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done

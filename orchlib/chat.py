@@ -1,0 +1,143 @@
+"""The chat format the orchestrator speaks: Qwen/Hermes-style template, segments and tool-call parsing.
+
+Tools are listed as JSON in the system turn; the model writes calls as
+`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` and reads results as
+`<tool_response>\n...\n</tool_response>` inside a user turn (the Qwen2.5/Qwen3 convention).
+The rollout never re-tokenises a conversation: it appends `observation_segment(...)` ids after
+the sampled ids, and those strings are exactly what `CHAT_TEMPLATE` renders for the same messages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable
+
+from orchlib.trajectory import ToolCall
+
+__all__ = [
+    "IM_START", "IM_END", "TOOL_CALL", "TOOL_CALL_END", "TOOL_RESPONSE", "TOOL_RESPONSE_END", "PAD",
+    "SPECIAL_TOKENS", "CHAT_TEMPLATE", "ToolCallParseError", "parse_tool_calls", "render_call", "render_assistant",
+    "observation_segment", "system_text",
+]
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE, TOOL_RESPONSE_END = "<tool_response>", "</tool_response>"
+PAD = "<|endoftext|>"
+SPECIAL_TOKENS = [PAD, IM_START, IM_END, TOOL_CALL, TOOL_CALL_END, TOOL_RESPONSE, TOOL_RESPONSE_END]
+
+TOOLS_HEADER = (
+    "\n\n# Tools\nCall tools as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. "
+    "Available tools:\n<tools>"
+)
+
+# Jinja template stored on the tokenizer (tokenizer.apply_chat_template). Kept byte-identical to the
+# Python helpers below; tests/test_chat.py checks both agree. transformers renders templates with
+# trim_blocks, which eats a newline right after a block tag, so such newlines are written {{ '\\n' }}.
+CHAT_TEMPLATE = (
+    "{% if tools or messages[0]['role'] == 'system' %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}{% endif %}"
+    "{% if tools %}{% raw %}" + TOOLS_HEADER + "{% endraw %}"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>{% endif %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'user' %}<|im_start|>user\n{{ m['content'] }}<|im_end|>\n"
+    "{% elif m['role'] == 'assistant' %}<|im_start|>assistant\n{{ m['content'] or '' }}"
+    "{% for tc in m.get('tool_calls') or [] %}"
+    "{% set f = tc['function'] if tc['function'] is defined else tc %}"
+    "{% if m['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": {{ f['name'] | tojson }}, \"arguments\": {{ f['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n"
+    "{% elif m['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ m['content'] }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def system_text(system: str, tools: list[dict[str, Any]] | None) -> str:
+    """The system turn exactly as CHAT_TEMPLATE renders it (used to check the template)."""
+    out = f"{IM_START}system\n{system}"
+    if tools:
+        out += TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + "\n</tools>"
+    return out + f"{IM_END}\n"
+
+
+def render_call(call: ToolCall) -> str:
+    """One call as the model should write it."""
+    return (f'{TOOL_CALL}\n{{"name": {json.dumps(call.name, ensure_ascii=False)}, '
+            f'"arguments": {json.dumps(call.arguments, ensure_ascii=False)}}}\n{TOOL_CALL_END}')
+
+
+def render_assistant(content: str, calls: Iterable[ToolCall] = ()) -> str:
+    """An assistant turn's text (without template tokens) as CHAT_TEMPLATE renders it."""
+    rendered = [render_call(c) for c in calls]
+    return content + ("\n" if content and rendered else "") + "\n".join(rendered)
+
+
+def observation_segment(contents: Iterable[str]) -> str:
+    """Text appended after a sampled turn (which ends in <|im_end|>) to show the tool results and
+    open the next assistant turn. Matches CHAT_TEMPLATE for consecutive tool messages."""
+    body = "".join(f"\n{TOOL_RESPONSE}\n{c}\n{TOOL_RESPONSE_END}" for c in contents)
+    return f"\n{IM_START}user{body}{IM_END}\n{IM_START}assistant\n"
+
+
+class ToolCallParseError(ValueError):
+    """A malformed tool call. `reason` says what was wrong; `position` is a character offset."""
+
+    def __init__(self, reason: str, position: int, snippet: str = ""):
+        self.reason, self.position, self.snippet = reason, position, snippet
+        where = f" at character {position}"
+        super().__init__(f"malformed tool call{where}: {reason}" + (f" in {snippet!r}" if snippet else ""))
+
+
+_TAG = re.compile(re.escape(TOOL_CALL) + "|" + re.escape(TOOL_CALL_END))
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """Split assistant text into (content outside the calls, calls).
+
+    Tolerant of whitespace around the JSON, strict about the JSON itself: it must be one object with
+    a string "name" and an object "arguments" (may be omitted for no arguments), nothing else.
+    """
+    calls: list[ToolCall] = []
+    content_parts: list[str] = []
+    pos, open_at = 0, -1
+    for m in _TAG.finditer(text):
+        if m.group() == TOOL_CALL:
+            if open_at >= 0:
+                raise ToolCallParseError(f"{TOOL_CALL} opened again before {TOOL_CALL_END}", m.start())
+            content_parts.append(text[pos:m.start()])
+            open_at = m.end()
+        else:
+            if open_at < 0:
+                raise ToolCallParseError(f"{TOOL_CALL_END} without an opening {TOOL_CALL}", m.start())
+            calls.append(_parse_one(text[open_at:m.start()], open_at))
+            open_at, pos = -1, m.end()
+    if open_at >= 0:
+        raise ToolCallParseError(f"{TOOL_CALL} is never closed with {TOOL_CALL_END}", open_at - len(TOOL_CALL))
+    content_parts.append(text[pos:])
+    return "".join(content_parts).strip(), calls
+
+
+def _parse_one(body: str, offset: int) -> ToolCall:
+    snippet = body.strip()[:80]
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise ToolCallParseError(f"invalid JSON ({e.msg}, column {e.colno})", offset + e.pos, snippet) from None
+    if not isinstance(obj, dict):
+        raise ToolCallParseError(f"expected a JSON object, got {type(obj).__name__}", offset, snippet)
+    extra = set(obj) - {"name", "arguments"}
+    if extra:
+        raise ToolCallParseError(f"unexpected key(s) {sorted(extra)}; only 'name' and 'arguments'", offset, snippet)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise ToolCallParseError("'name' must be a non-empty string", offset, snippet)
+    args = obj.get("arguments", {})
+    if not isinstance(args, dict):
+        raise ToolCallParseError(f"'arguments' must be a JSON object, got {type(args).__name__}", offset, snippet)
+    return ToolCall(name=name, arguments=args)

@@ -1,0 +1,140 @@
+"""Records of one orchestration episode: ToolCall, Observation, Turn, Trajectory; JSONL read/write.
+
+Token in, token out: `Trajectory.ids` are exactly the ids the engine sampled plus the ids of the
+rendered prompt and observation segments, in order; `mask` is 1 on sampled ids only and `logprobs`
+holds the sampling log-probability of each sampled id (0.0 elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "Turn", "Trajectory",
+           "write_jsonl", "read_jsonl"]
+
+ErrorKind = Literal["malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout"]
+ERROR_KINDS: tuple[str, ...] = ("malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout")
+
+
+class ToolCall(BaseModel):
+    """One call the orchestrator asked for: `{"name": ..., "arguments": {...}}` inside `<tool_call>`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Observation(BaseModel):
+    """What a tool returned. Money in USD, time in seconds; an error is data, not an exception."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: str
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    error: str | None = None            # human-readable message the orchestrator reads
+    error_kind: ErrorKind | None = None  # counted per kind in Trajectory.errors
+    final: bool = False                 # True when the tool's card is `final`: its content is the answer
+    tool: str = ""                      # which tool produced it ("" for errors before a tool was found)
+    label: str = ""                     # e.g. "simulated" or "replay", shown wherever the result is shown
+
+
+class Turn(BaseModel):
+    """One assistant turn: what was sampled, the calls parsed from it, and their observations."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str                               # decoded sampled text of the turn (no template tokens)
+    calls: list[ToolCall] = Field(default_factory=list)
+    observations: list[Observation] = Field(default_factory=list)
+    gen_latency_s: float = 0.0              # the orchestrator's own generation time
+    latency_s: float = 0.0                  # gen_latency_s + the longest of the turn's concurrent calls
+    cost_usd: float = 0.0                   # own tokens priced by the orchestrator's card + tool costs
+    tokens_out: int = 0                     # ids sampled this turn
+
+
+class Trajectory(BaseModel):
+    """One rollout of one task. Summary fields are what the reward DSL reads."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str
+    group_index: int = 0
+    prompt: str = ""
+    preference: dict[str, Any] = Field(default_factory=dict)
+    category: str = ""
+    turns: list[Turn] = Field(default_factory=list)
+    ids: list[int] = Field(default_factory=list)
+    mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_len: int = 0
+    final_answer: str | None = None
+    finish_reason: Literal["answer", "final_tool", "max_turns", "token_budget", ""] = ""
+    outcome: float = 0.0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    calls: dict[str, int] = Field(default_factory=dict)
+    errors: dict[str, int] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the orchestrator sampled (mask ones)."""
+        return int(sum(self.mask))
+
+    @property
+    def num_errors(self) -> int:
+        return int(sum(self.errors.values()))
+
+    def to_messages(self) -> list[dict[str, Any]]:
+        """The conversation as chat messages (system/user prompt first when known)."""
+        msgs: list[dict[str, Any]] = []
+        if self.prompt:
+            msgs.append({"role": "user", "content": self.prompt})
+        for turn in self.turns:
+            msg: dict[str, Any] = {"role": "assistant", "content": turn.text}
+            if turn.calls:
+                msg["tool_calls"] = [{"type": "function", "function": c.model_dump()} for c in turn.calls]
+            msgs.append(msg)
+            for obs in turn.observations:
+                msgs.append({"role": "tool", "name": obs.tool, "content": obs.content})
+        return msgs
+
+
+def write_jsonl(trajectories: Iterable[Trajectory], path: str | os.PathLike) -> Path:
+    """Write one trajectory per line, atomically (temporary file then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for t in trajectories:
+                f.write(t.model_dump_json() + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
+    """Read trajectories; a bad line raises ValueError naming the file and line."""
+    out: list[Trajectory] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Trajectory.model_validate(json.loads(line)))
+            except (json.JSONDecodeError, ValueError) as e:
+                raise ValueError(f"{path}:{lineno}: not a trajectory: {e}") from None
+    return out
