@@ -1,4 +1,4 @@
-"""Task and Preference: what the orchestrator is asked to do, and what the user cares about.
+"""Task, Preference and answer checkers: what the orchestrator is asked to do, and what the user cares about.
 
 A Preference is the ToolOrchestra vector P: weights on outcome, cost, latency and on each tool's
 calls (plus user-named entries). The orchestrator sees it rendered in its system prompt and the reward
@@ -7,11 +7,22 @@ reads the same numbers, so one policy can learn to condition on it.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from tokenize import TokenError
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Preference", "PROFILES"]
+from orchlib.trajectory import ToolCall
+
+__all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer", "extract_number",
+           "load_tasks", "save_tasks", "TaskFileError"]
 
 
 class Preference(BaseModel):
@@ -44,3 +55,144 @@ PROFILES: dict[str, Preference] = {
     "fast": Preference(name="fast", outcome=1.0, cost=0.0, latency=1.0),
     "local-only": Preference(name="local-only", outcome=1.0, cost=0.5, latency=0.0),
 }
+
+
+class Golden(BaseModel):
+    """Golden tool calls and final answer (SFT warm start; stateful scoring replays the calls)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    calls: list[ToolCall] = Field(default_factory=list)
+    answer: str | None = None
+    alternatives: list[list[ToolCall]] = Field(
+        default_factory=list, description="other valid call sequences; SFT samples among them")
+
+
+class Task(BaseModel):
+    """One thing to solve. `checker` names how the final answer is scored (see CHECKERS), or an import
+    path `pkg.module:fn` taking (answer, task, env) and returning a score in [0, 1]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    prompt: str
+    tools: list[str] | None = Field(None, description="tool names offered; None = every tool in the toolbox")
+    checker: str = "exact"
+    answer: str | None = None
+    preference: Preference | None = None
+    category: str = "general"
+    golden: Golden | None = None
+    env: str | None = Field(None, description="import path of a factory `fn(task) -> env` for stateful tasks")
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    def make_env(self) -> Any:
+        """A fresh environment (e.g. a database copy) for one episode, or None."""
+        return _import(self.env)(self) if self.env else None
+
+    def score(self, answer: str | None, env: Any = None) -> float:
+        return check_answer(self, answer, env)
+
+
+def extract_number(text: str | None) -> float | None:
+    """The answer's number: after a GSM8K-style '####' if present, else the last number in the text."""
+    if text is None:
+        return None
+    if "####" in text:
+        text = text.rsplit("####", 1)[1]
+    nums = re.findall(r"-?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?", text)
+    if not nums:
+        return None
+    try:
+        return float(nums[-1].replace(",", "").rstrip("."))
+    except ValueError:
+        return None
+
+
+def _exact(answer: str | None, task: Task, env: Any = None) -> float:
+    norm = lambda s: " ".join(str(s).strip().lower().rstrip(".").split())  # noqa: E731
+    return float(answer is not None and task.answer is not None and norm(answer) == norm(task.answer))
+
+
+def _contains(answer: str | None, task: Task, env: Any = None) -> float:
+    return float(answer is not None and task.answer is not None and task.answer.lower() in answer.lower())
+
+
+def _numeric(answer: str | None, task: Task, env: Any = None) -> float:
+    """Equal within a relative tolerance of 1e-6 (or task.meta['tolerance'])."""
+    got, want = extract_number(answer), extract_number(task.answer)
+    if got is None or want is None:
+        return 0.0
+    tol = float(task.meta.get("tolerance", 1e-6))
+    return float(math.isclose(got, want, rel_tol=tol, abs_tol=tol))
+
+
+def _sympy(answer: str | None, task: Task, env: Any = None) -> float:
+    """Mathematically equal expressions (e.g. '2*(x+1)' and '2x+2'), via sympy's simplify."""
+    import sympy
+    from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr,
+                                            standard_transformations)
+
+    if answer is None or task.answer is None:
+        return 0.0
+    tf = standard_transformations + (implicit_multiplication_application,)
+    try:
+        a = parse_expr(answer.replace("^", "**"), transformations=tf, evaluate=True)
+        b = parse_expr(task.answer.replace("^", "**"), transformations=tf, evaluate=True)
+        return float(sympy.simplify(a - b) == 0)
+    except (sympy.SympifyError, SyntaxError, TypeError, ValueError, TokenError):
+        return 0.0
+
+
+CHECKERS: dict[str, Callable[..., float]] = {
+    "exact": _exact, "contains": _contains, "numeric": _numeric, "sympy": _sympy,
+}
+
+
+def _import(path: str) -> Callable[..., Any]:
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"expected 'pkg.module:function', got {path!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def check_answer(task: Task, answer: str | None, env: Any = None) -> float:
+    """Score a final answer with the task's checker (a name in CHECKERS or an import path)."""
+    fn = CHECKERS.get(task.checker) or _import(task.checker)
+    return float(fn(answer, task, env))
+
+
+class TaskFileError(ValueError):
+    """A malformed task file; the message names the file, line and field."""
+
+
+def load_tasks(path: str | os.PathLike) -> list[Task]:
+    """Read tasks from JSONL, one object per line."""
+    tasks: list[Task] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                tasks.append(Task.model_validate(json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise TaskFileError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+            except ValueError as e:
+                errs = getattr(e, "errors", lambda: [])()
+                field = ".".join(str(x) for x in errs[0]["loc"]) if errs else "?"
+                msg = errs[0]["msg"] if errs else str(e)
+                raise TaskFileError(f"{path}:{lineno}: {field}: {msg}") from None
+    return tasks
+
+
+def save_tasks(tasks: list[Task], path: str | os.PathLike) -> Path:
+    """Write tasks as JSONL atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for t in tasks:
+                f.write(t.model_dump_json(exclude_none=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,6 @@
+"""Generation backends behind one small interface (see base.Engine)."""
+
+from orchlib.engines.base import Engine, GenerateResult, Generation, SamplingParams
+from orchlib.engines.transformers import TransformersEngine
+
+__all__ = ["Engine", "GenerateResult", "Generation", "SamplingParams", "TransformersEngine"]

@@ -1,0 +1,108 @@
+"""Batched sampling with a transformers causal LM: left padding, KV cache, per-row stop ids.
+
+A hand-written loop rather than `model.generate` so that (1) the recorded log-prob is exactly
+log_softmax(logits / T) of the sampled id, the quantity GRPO's ratio needs, and (2) finished rows
+are dropped from the batch and the KV cache as soon as they stop, which matters when a batch of
+tool-call turns has very different lengths.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+
+from orchlib.engines.base import GenerateResult, Generation, SamplingParams
+
+__all__ = ["TransformersEngine"]
+
+
+class TransformersEngine:
+    """Engine over a loaded (model, tokenizer). `device` defaults to the model's device."""
+
+    def __init__(self, model, tokenizer, *, device: str | torch.device | None = None, seed: int = 0):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device) if device else next(model.parameters()).device
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 stop_ids: Sequence[int] = ()) -> GenerateResult:
+        t0 = time.perf_counter()
+        if params.seed is not None:
+            self.generator.manual_seed(params.seed)
+        n = len(prompts)
+        if n == 0:
+            return GenerateResult([], 0.0)
+        was_training = self.model.training
+        self.model.eval()
+        width = max(len(p) for p in prompts)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every row's last prompt token is at the right edge
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[i, width - len(p):] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
+
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_lp: list[list[float]] = [[] for _ in range(n)]
+        finish: list[str] = ["length"] * n
+        rows = torch.arange(n, device=self.device)  # original index of each row still in the batch
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        next_pos = pos[:, -1:] + 1
+        for step in range(params.max_new_tokens):
+            token, logprob = self._sample(logits.float(), params)
+            tok_list, lp_list = token.tolist(), logprob.tolist()
+            for i, t, lp in zip(rows.tolist(), tok_list, lp_list):
+                out_ids[i].append(t)
+                out_lp[i].append(lp)
+            done = torch.isin(token, stop) if len(stop) else torch.zeros_like(token, dtype=torch.bool)
+            for i in rows[done].tolist():
+                finish[i] = "stop"
+            if step == params.max_new_tokens - 1 or bool(done.all()):
+                break
+            keep = (~done).nonzero().squeeze(-1)
+            if len(keep) < len(rows):  # shrink the batch and its cache to the rows still running
+                rows, token, attn, next_pos = rows[keep], token[keep], attn[keep], next_pos[keep]
+                cache.batch_select_indices(keep)
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=-1)
+            out = self.model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos,
+                             past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            next_pos = next_pos + 1
+        if was_training:
+            self.model.train()
+        gens = [Generation(out_ids[i], out_lp[i], finish[i]) for i in range(n)]  # type: ignore[arg-type]
+        return GenerateResult(gens, time.perf_counter() - t0, prompt_tokens=sum(len(p) for p in prompts))
+
+    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample one id per row; return it with its log-prob under softmax(logits / T)."""
+        if params.temperature == 0:
+            logp = torch.log_softmax(logits, dim=-1)
+            token = logits.argmax(-1)
+            return token, logp.gather(-1, token[:, None]).squeeze(-1)
+        logp = torch.log_softmax(logits / params.temperature, dim=-1)
+        probs = logp.exp()
+        if params.top_k or params.top_p < 1.0:
+            probs = _truncate(probs, params.top_k, params.top_p)
+        token = torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(-1).to(logits.device)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+
+def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Zero out tokens outside top-k / the top-p nucleus (the kept mass is renormalised by multinomial)."""
+    if top_k:
+        kth = probs.topk(min(top_k, probs.shape[-1]), dim=-1).values[:, -1:]
+        probs = torch.where(probs < kth, torch.zeros_like(probs), probs)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p > top_p
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return probs
