@@ -1,0 +1,566 @@
+"""ToolCard: a tool declared as data. YAML in and out, validation, export to OpenAI / transformers / MCP.
+
+A card carries what the orchestrator reads (name, description, JSON Schema of the arguments) and what
+the runtime needs (backend kind and settings, price in USD, declared latency). Cards are loaded with
+ruamel's round-trip loader, so `save_card` keeps a hand-written card's comments and key order, and
+every validation problem names the file, the line and the field path:
+
+    toolcards/python.yaml:7: price.per_second: Input should be a valid number
+
+Backend settings (`backend:`) are checked by the backend class itself when a tool is built
+(`orchlib.tools.build_tool`), with the same kind of message.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import io
+import json
+import os
+import random
+import re
+import tempfile
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.scalarstring import LiteralScalarString
+
+__all__ = ["KINDS", "Kind", "Price", "Latency", "ToolCard", "CardError", "load_card", "load_cards",
+           "save_card", "validate_cards", "card_files"]
+
+Kind = Literal["function", "python", "search", "llm", "replay", "simulated"]
+KINDS: tuple[str, ...] = typing.get_args(Kind)
+
+# Kinds that stand in for a model; only these may take the task itself instead of written arguments.
+MODEL_KINDS = ("llm", "replay", "simulated")
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+NAME_PATTERN = r"^[a-z0-9_-]+$"
+
+
+class CardError(ValueError):
+    """A card problem: `"{file}:{line}: {field.path}: {problem}"`. `line` is 1-based (0 when unknown)."""
+
+    def __init__(self, file: str | os.PathLike, line: int, field: str, problem: str):
+        self.file, self.line, self.field, self.problem = str(file), int(line), field, problem
+        super().__init__(f"{self.file}:{self.line}: {field}: {problem}")
+
+
+class Price(BaseModel):
+    """What one call costs, in USD. All parts add up; 0 means free."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    per_call: float = Field(0.0, ge=0, description="flat fee per call (the ToolOrchestra web search: 0.01)")
+    per_m_input: float = Field(0.0, ge=0, description="per million input tokens (gpt-5: 1.25)")
+    per_m_output: float = Field(0.0, ge=0, description="per million output tokens (gpt-5: 10)")
+    per_second: float = Field(0.0, ge=0, description="per second of run time (code interpreter: 0.0000083)")
+
+    def cost(self, tokens_in: int = 0, tokens_out: int = 0, seconds: float = 0.0, calls: int = 1) -> float:
+        """USD for `calls` calls that read `tokens_in`, wrote `tokens_out` and ran `seconds` in all."""
+        return (calls * self.per_call + tokens_in * self.per_m_input / 1e6
+                + tokens_out * self.per_m_output / 1e6 + seconds * self.per_second)
+
+    def describe(self) -> str:
+        parts = [f"${v:g} {unit}" for v, unit in ((self.per_call, "per call"),
+                                                   (self.per_m_input, "per million input tokens"),
+                                                   (self.per_m_output, "per million output tokens"),
+                                                   (self.per_second, "per second")) if v]
+        return ", ".join(parts) or "free"
+
+
+class Latency(BaseModel):
+    """Declared latency. Simulated and replay tools report a draw from it instead of sleeping, so runs
+    are reproducible; real tools are timed and this is only what the card promises."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seconds: float = Field(0.0, ge=0, description="mean seconds per call")
+    jitter: float = Field(0.0, ge=0, lt=1, description="relative half-width: draws are uniform in "
+                          "seconds × [1 - jitter, 1 + jitter]; 0 reports exactly `seconds`")
+
+    def sample(self, *key: Any) -> float:
+        """A draw that depends only on `key` (e.g. seed, tool name, task id): same key, same seconds."""
+        if not self.jitter:
+            return self.seconds
+        # random.Random seeds a str through SHA-512, so the draw is stable across processes
+        # (unlike hash(), which PYTHONHASHSEED randomises).
+        u = random.Random(":".join(map(str, key))).uniform(-1.0, 1.0)
+        return self.seconds * (1.0 + self.jitter * u)
+
+
+@dataclasses.dataclass
+class _Origin:
+    """Where a card was read from: the file and its round-trip YAML tree (comments, lines, key order)."""
+
+    path: Path
+    tree: CommentedMap
+
+
+class ToolCard(BaseModel):
+    """One tool as data. Equality compares the fields only, not where the card was read from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=NAME_PATTERN, max_length=64,
+                      description="unique; what the orchestrator writes in a call (OpenAI allows 64 chars)")
+    kind: Kind = Field(description="which backend runs it (orchlib.tools.BACKENDS)")
+    description: str = Field(min_length=1, description="what the orchestrator reads to choose the tool")
+    parameters: dict[str, Any] = Field(default_factory=lambda: copy.deepcopy(EMPTY_SCHEMA),
+                                       description="JSON Schema of the arguments; an object schema")
+    backend: dict[str, Any] = Field(default_factory=dict, description="settings of the kind (docs/tools.md)")
+    price: Price = Field(default_factory=Price)
+    latency: Latency = Field(default_factory=Latency)
+    tags: list[str] = Field(default_factory=list, description="free labels for filtering and reports")
+    final: bool = Field(False, description="its answer ends the episode as the final answer "
+                        "(the ToolOrchestra `answer` tool), so a small policy never copies a long answer")
+    input: Literal["arguments", "task"] = Field("arguments", description="'task': a model tool receives "
+                                                "the task and the context so far, not text the policy wrote")
+    auto_description: dict[str, Any] | None = Field(None, description="reserved for generated descriptions")
+
+    _origin: _Origin | None = PrivateAttr(default=None)
+
+    @field_validator("parameters")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        try:
+            validator.check_schema(schema)
+        except jsonschema.SchemaError as e:
+            # The path inside the schema travels in ctx, so the message can point at the exact line.
+            raise PydanticCustomError("json_schema", "not valid JSON Schema: {problem}",
+                                      {"problem": e.message, "path": list(e.path)}) from None
+        if schema.get("type") != "object":
+            raise PydanticCustomError("json_schema", "must be an object schema (\"type\": \"object\"): "
+                                      "tool arguments are a JSON object", {"problem": "", "path": ["type"]})
+        return schema
+
+    @model_validator(mode="after")
+    def _input_only_for_models(self) -> ToolCard:
+        if self.input == "task" and self.kind not in MODEL_KINDS:
+            raise ValueError(f"input: task is only for model tools ({', '.join(MODEL_KINDS)}), not {self.kind}")
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolCard):
+            return NotImplemented
+        return self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]  # fields hold dicts
+
+    # ---------------------------------------------------------------- where it came from, errors
+    @property
+    def source(self) -> Path | None:
+        """The file the card was loaded from, if any."""
+        return self._origin.path if self._origin else None
+
+    @property
+    def label(self) -> str:
+        """Shown beside every result of the tool: 'simulated' and 'replay' tools are not real models."""
+        return self.kind if self.kind in ("simulated", "replay") else ""
+
+    def error(self, loc: Iterable[Any], problem: str) -> CardError:
+        """A CardError for field `loc` of this card, with the line it has in its file when known."""
+        loc = tuple(loc)
+        if self._origin is None:
+            return CardError(f"<card {self.name}>", 0, _dotted(loc), problem)
+        return CardError(self._origin.path, _line_of(self._origin.tree, loc), _dotted(loc), problem)
+
+    def errors_from(self, exc: ValidationError, prefix: Iterable[Any] = ()) -> list[CardError]:
+        """Turn a pydantic error about a part of this card (e.g. its backend settings) into CardErrors."""
+        return [self.error(tuple(prefix) + loc, msg) for loc, msg in _problems(exc)]
+
+    # ---------------------------------------------------------------- exports
+    def describe_costs(self) -> str:
+        """One sentence on price and latency, in the spirit of the ToolOrchestra descriptions."""
+        note = f"Price: {self.price.describe()}. Latency: about {self.latency.seconds:g} s."
+        return note + (f" ({self.label})" if self.label else "")
+
+    def _description(self, with_costs: bool) -> str:
+        return f"{self.description.strip()}\n{self.describe_costs()}" if with_costs else self.description.strip()
+
+    def to_openai(self, with_costs: bool = False) -> dict[str, Any]:
+        """OpenAI chat-completions `tools=[...]` entry."""
+        return {"type": "function", "function": {"name": self.name, "description": self._description(with_costs),
+                                                 "parameters": copy.deepcopy(self.parameters)}}
+
+    def to_transformers(self, with_costs: bool = False) -> dict[str, Any]:
+        """An entry of transformers' `apply_chat_template(tools=[...])`: the same JSON shape that
+        `transformers.utils.get_json_schema` produces (OpenAI's), which chat templates read."""
+        return self.to_openai(with_costs)
+
+    def to_mcp(self, with_costs: bool = False) -> dict[str, Any]:
+        """A Model Context Protocol `Tool` (tools/list result entry)."""
+        out: dict[str, Any] = {"name": self.name, "description": self._description(with_costs),
+                               "inputSchema": copy.deepcopy(self.parameters)}
+        if self.label:
+            out["annotations"] = {"title": f"{self.name} ({self.label})"}
+        return out
+
+    # ---------------------------------------------------------------- imports
+    @classmethod
+    def from_openai(cls, spec: dict[str, Any], *, kind: Kind = "function", backend: dict[str, Any] | None = None,
+                    **fields: Any) -> ToolCard:
+        """A card from an OpenAI function definition (`{"type": "function", "function": {...}}` or the bare
+        function object). The definition has no backend: pass `kind`/`backend`, or fill them in later."""
+        fn = spec.get("function", spec) if spec.get("type", "function") == "function" else None
+        if not isinstance(fn, dict) or "name" not in fn:
+            raise CardError("<openai>", 0, "function", "expected {'type': 'function', 'function': {'name': ...}}")
+        data = {"name": fn["name"], "kind": kind, "description": fn.get("description") or fn["name"],
+                "parameters": fn.get("parameters") or copy.deepcopy(EMPTY_SCHEMA), "backend": backend or {}}
+        data.update(fields)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            loc, msg = _problems(e)[0]
+            raise CardError(f"<openai {fn['name']}>", 0, _dotted(loc), msg) from None
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], **fields: Any) -> ToolCard:
+        """A `function` card from a typed Python function with a Google-style docstring: the schema is
+        derived from the signature and the `Args:` section, never written twice. A parameter named
+        `env` receives the episode's environment and is left out of the schema."""
+        description, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        hints = typing.get_type_hints(fn)
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        for pname, param in inspect.signature(fn).parameters.items():
+            if pname == "env":
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"{fn.__qualname__}: *{pname} cannot be described by a JSON Schema")
+            if pname not in hints:
+                raise TypeError(f"{fn.__qualname__}: parameter {pname!r} needs a type hint")
+            prop = _json_type(hints[pname], f"{fn.__qualname__}.{pname}")
+            if pname in arg_docs:
+                prop["description"] = arg_docs[pname]
+            if param.default is param.empty:
+                required.append(pname)
+            elif _is_json(param.default):
+                prop["default"] = param.default
+            properties[pname] = prop
+        schema: dict[str, Any] = {"type": "object", "properties": properties}
+        if required:
+            schema["required"] = required
+        data = {"name": fn.__name__, "kind": "function", "description": description or fn.__name__,
+                "parameters": schema, "backend": {"callable": f"{fn.__module__}:{fn.__qualname__}"}}
+        data.update(fields)
+        return cls.model_validate(data)
+
+
+# ---------------------------------------------------------------------------------------------- load
+def _yaml() -> YAML:
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 100
+    y.indent(mapping=2, sequence=4, offset=2)
+    return y
+
+
+def _read_tree(path: Path) -> CommentedMap:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise CardError(path, 0, "(file)", f"cannot read: {e.strerror or e}") from None
+    try:
+        tree = _yaml().load(text)
+    except MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise CardError(path, mark.line + 1 if mark else 0, "(yaml)", e.problem or str(e)) from None
+    except YAMLError as e:
+        raise CardError(path, 0, "(yaml)", str(e).splitlines()[0]) from None
+    if not isinstance(tree, CommentedMap):
+        raise CardError(path, 1, "(card)", f"a card is a YAML mapping, got {type(tree).__name__}")
+    return tree
+
+
+def _check_tree(path: Path, tree: CommentedMap) -> tuple[ToolCard | None, list[CardError]]:
+    try:
+        card = ToolCard.model_validate(_plain(tree))
+    except ValidationError as e:
+        return None, [CardError(path, _line_of(tree, loc), _dotted(loc), msg) for loc, msg in _problems(e)]
+    card._origin = _Origin(path=path, tree=tree)
+    return card, []
+
+
+def load_card(path: str | os.PathLike) -> ToolCard:
+    """Read and validate one card file; the first problem raises CardError (file:line: field: problem)."""
+    path = Path(path)
+    card, problems = _check_tree(path, _read_tree(path))
+    if problems:
+        first = problems[0]
+        if len(problems) > 1:
+            raise CardError(first.file, first.line, first.field,
+                            f"{first.problem} (and {len(problems) - 1} more: orchlib cards validate {path})")
+        raise first
+    return card
+
+
+def card_files(path_or_folder: str | os.PathLike) -> list[Path]:
+    """The card files a path names: the file itself, or a folder's top-level *.yaml / *.yml (sub-folders,
+    such as toolcards/examples/, are not read)."""
+    path = Path(path_or_folder)
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not path.exists():
+        raise CardError(path, 0, "(file)", "no such file or folder")
+    return [path]
+
+
+def load_cards(path_or_folder: str | os.PathLike | Iterable[str | os.PathLike]) -> list[ToolCard]:
+    """Cards of a file, a folder (top level only) or a list of those, sorted by name; a name used
+    twice is an error naming both files."""
+    paths = [path_or_folder] if isinstance(path_or_folder, (str, os.PathLike)) else list(path_or_folder)
+    cards = [load_card(f) for p in paths for f in card_files(p)]
+    seen: dict[str, ToolCard] = {}
+    for card in cards:
+        if card.name in seen:
+            raise card.error(("name",), f"duplicate tool name {card.name!r} (also in {seen[card.name].source})")
+        seen[card.name] = card
+    return sorted(cards, key=lambda c: c.name)
+
+
+def validate_cards(paths: str | os.PathLike | Iterable[str | os.PathLike], build: bool = True) -> list[CardError]:
+    """Every problem of every card under `paths`, without raising: YAML, fields, JSON Schema, duplicate
+    names and, with `build`, the backend settings and imports (each tool is built, nothing is run)."""
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    problems: list[CardError] = []
+    seen: dict[str, ToolCard] = {}
+    for p in paths:
+        try:
+            files = card_files(p)
+        except CardError as e:
+            problems.append(e)
+            continue
+        for f in files:
+            try:
+                card, found = _check_tree(f, _read_tree(f))
+            except CardError as e:
+                problems.append(e)
+                continue
+            problems += found
+            if card is None:
+                continue
+            if card.name in seen:
+                problems.append(card.error(("name",), f"duplicate tool name {card.name!r} "
+                                                      f"(also in {seen[card.name].source})"))
+            seen[card.name] = card
+            if build:
+                from orchlib.tools import build_tool  # tools import this module; import here, not at top
+
+                try:
+                    build_tool(card)
+                except CardError as e:
+                    problems.append(e)
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- save
+def save_card(card: ToolCard, path: str | os.PathLike) -> Path:
+    """Write a card as YAML, atomically (temporary file, then rename). A card that was read from a
+    file keeps that file's comments and key order; only changed values are rewritten."""
+    path = Path(path)
+    full = card.model_dump(mode="json")
+    sparse = card.model_dump(mode="json", exclude_defaults=True)
+    if card._origin is not None:
+        tree = copy.deepcopy(card._origin.tree)
+        _merge(tree, full, sparse)
+    else:
+        tree = _fresh_tree(full, sparse)
+    buf = io.StringIO()
+    _yaml().dump(tree, buf)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(buf.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _fresh_tree(full: dict[str, Any], sparse: dict[str, Any]) -> CommentedMap:
+    tree = CommentedMap()
+    for key in ToolCard.model_fields:  # field order: name and kind first, as a person would write it
+        if key in ("name", "kind", "description") or key in sparse:
+            tree[key] = _to_yaml(sparse.get(key, full[key]))
+    return tree
+
+
+def _to_yaml(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = CommentedMap()
+        for k, v in value.items():
+            out[k] = _to_yaml(v)
+        return out
+    if isinstance(value, list):
+        return CommentedSeq(_to_yaml(v) for v in value)
+    if isinstance(value, str) and "\n" in value:
+        return LiteralScalarString(value)  # block style keeps long descriptions readable
+    return value
+
+
+def _merge(tree: CommentedMap, full: dict[str, Any], sparse: dict[str, Any]) -> None:
+    """Bring `tree` to the values of `full`, touching only what changed. Keys the tree lacks are added
+    only when they differ from their default (they are in `sparse`)."""
+    for key in [k for k in tree if k not in full]:
+        del tree[key]
+    for key, value in full.items():
+        if key in tree:
+            old = tree[key]
+            if isinstance(old, CommentedMap) and isinstance(value, dict):
+                _merge(old, value, sparse[key] if isinstance(sparse.get(key), dict) else {})
+            elif _plain(old) != value or type(_plain(old)) is not type(value) and not _numbers(old, value):
+                tree[key] = _to_yaml(value)
+        elif key in sparse:
+            tree[key] = _to_yaml(sparse[key])
+
+
+def _numbers(a: Any, b: Any) -> bool:
+    """1 and 1.0 are the same price: keep what the author wrote."""
+    num = (int, float)
+    return isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) and not isinstance(b, bool)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _plain(obj: Any) -> Any:
+    """ruamel's round-trip types (CommentedMap, ScalarFloat, ...) as plain Python values."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str(obj)
+    return obj
+
+
+def _problems(exc: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        ctx = err.get("ctx") or {}
+        if err["type"] == "json_schema":
+            loc += tuple(ctx.get("path", ()))
+            msg = err["msg"].rstrip(": ")
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = err["msg"]
+        out.append((loc, msg))
+    return out
+
+
+def _dotted(loc: Iterable[Any]) -> str:
+    return ".".join(str(x) for x in loc) or "(card)"
+
+
+def _line_of(tree: Any, loc: tuple[Any, ...]) -> int:
+    """1-based line of the deepest part of `loc` that exists in the YAML tree."""
+    line = 0 if not hasattr(tree, "lc") else tree.lc.line
+    node = tree
+    for part in loc:
+        if isinstance(node, CommentedMap) and part in node:
+            line = node.lc.key(part)[0]
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.lc.item(part)[0]
+            node = node[part]
+        else:
+            break
+    return line + 1
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Return|Yields|Raises|Examples|Example|Notes|Note)"
+                      r"\s*:\s*$")
+_ARG = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """(description, {arg: text}) from a Google-style docstring. The description is everything before
+    the first section; an argument's text may continue on more-indented lines."""
+    lines = doc.splitlines()
+    desc: list[str] = []
+    args: dict[str, str] = {}
+    section, current, arg_indent = None, None, None
+    for raw in lines:
+        stripped = raw.strip()
+        m = _SECTION.match(stripped)
+        if m and (len(raw) - len(raw.lstrip())) == 0:
+            section, current, arg_indent = m.group(1), None, None
+            continue
+        if section is None:
+            desc.append(raw)
+            continue
+        if section not in ("Args", "Arguments", "Parameters") or not stripped:
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        am = _ARG.match(stripped)
+        if am and (arg_indent is None or indent <= arg_indent):
+            arg_indent, current = indent, am.group(1).lstrip("*")
+            args[current] = am.group(2).strip()
+        elif current is not None:
+            args[current] = (args[current] + " " + stripped).strip()
+    return "\n".join(desc).strip(), args
+
+
+_SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _json_type(hint: Any, where: str) -> dict[str, Any]:
+    """JSON Schema of a type hint (the subset a tool argument needs)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return {}
+    if hint in _SIMPLE:
+        return {"type": _SIMPLE[hint]}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        values = [m.value for m in hint]
+        return {"type": _SIMPLE.get(type(values[0]), "string"), "enum": values}
+    if origin is Literal:
+        types = sorted({_SIMPLE[type(a)] for a in args})
+        return {"type": types[0] if len(types) == 1 else types, "enum": list(args)}
+    if origin in (list, typing.List, set, frozenset, Iterable) or hint in (list, set):
+        return {"type": "array", **({"items": _json_type(args[0], where)} if args else {})}
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _json_type(args[0], where)}
+        return {"type": "array", "prefixItems": [_json_type(a, where) for a in args],
+                "minItems": len(args), "maxItems": len(args)}
+    if origin is dict or hint is dict:
+        return {"type": "object", **({"additionalProperties": _json_type(args[1], where)} if args else {})}
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        parts = [_json_type(a, where) for a in args]
+        if all(set(p) == {"type"} and isinstance(p["type"], str) for p in parts):
+            return {"type": [p["type"] for p in parts]}
+        nullable = [p for p in parts if p != {"type": "null"}]
+        if len(nullable) == 1 and len(parts) == 2 and isinstance(nullable[0].get("type"), str):
+            out = {**nullable[0], "type": [nullable[0]["type"], "null"]}
+            if "enum" in out:
+                out["enum"] = [*out["enum"], None]
+            return out
+        return {"anyOf": parts}
+    raise TypeError(f"{where}: no JSON Schema for type hint {hint!r}")
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

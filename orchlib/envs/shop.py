@@ -1,0 +1,281 @@
+"""The stateful domain: a small shop database, function tools that read and change it, and a checker.
+
+Scoring follows τ²-bench (Barres et al. 2025, arXiv 2506.07982): a task's golden calls are replayed
+on a fresh copy of the database; the agent's episode scores 1 only when its final database state has
+the same hash as the golden one *and* its answer contains every required fact (`task.meta["required"]`).
+A read-only task's golden state is the initial state, so an unrequested write also scores 0.
+
+Money is kept in integer cents so that state hashes never depend on float formatting.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import random
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchlib.tasks import Task
+from orchlib.trajectory import ToolCall
+
+__all__ = ["Product", "Customer", "OrderLine", "Order", "ShopDB", "initial_db", "make_shop_env", "replay", "check",
+           "SHOP_TOOLS", "WRITE_TOOLS", "shop_search_products", "shop_get_product", "shop_get_customer",
+           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money"]
+
+
+class _Row(BaseModel):
+    # Rows are mutable: the tools change them in place, exactly like a database would.
+    model_config = ConfigDict(extra="forbid")
+
+
+class Product(_Row):
+    id: str
+    name: str
+    category: str
+    price_cents: int = Field(ge=0)
+    stock: int = Field(ge=0)
+
+
+class Customer(_Row):
+    id: str
+    name: str
+    email: str
+    city: str
+
+
+class OrderLine(_Row):
+    product_id: str
+    quantity: int = Field(ge=1)
+    unit_price_cents: int = Field(ge=0, description="price when ordered; later price changes leave it alone")
+
+
+class Order(_Row):
+    id: str
+    customer_id: str
+    lines: list[OrderLine]
+    status: Literal["placed", "shipped", "cancelled"] = "placed"
+
+    @property
+    def total_cents(self) -> int:
+        return sum(line.quantity * line.unit_price_cents for line in self.lines)
+
+
+class ShopDB(_Row):
+    """The whole state of one shop. `state_hash()` is what stateful tasks are scored on."""
+
+    products: dict[str, Product]
+    customers: dict[str, Customer]
+    orders: dict[str, Order]
+    next_order: int = Field(1001, description="number of the next order id (O1001, O1002, ...)")
+
+    def state_hash(self) -> str:
+        """SHA-256 of the canonical JSON of every table (sorted keys): equal states, equal hashes."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def money(cents: int) -> str:
+    return f"${cents // 100}.{cents % 100:02d}"
+
+
+# ---------------------------------------------------------------------------------------------- seed data
+_CATALOGUE = [  # (name, category): the names are what tasks ask about
+    ("Blue Mug", "kitchen"), ("Red Kettle", "kitchen"), ("Steel Pan", "kitchen"), ("Bread Knife", "kitchen"),
+    ("Desk Lamp", "office"), ("Oak Desk", "office"), ("Notebook", "office"), ("Fountain Pen", "office"),
+    ("Rain Jacket", "clothing"), ("Wool Scarf", "clothing"), ("Running Shoes", "clothing"), ("Sun Hat", "clothing"),
+]
+_PEOPLE = [("Ada Lovelace", "London"), ("Alan Turing", "Manchester"), ("Grace Hopper", "New York"),
+           ("Edsger Dijkstra", "Austin"), ("Barbara Liskov", "Boston"), ("Donald Knuth", "Stanford")]
+
+
+@functools.lru_cache(maxsize=16)
+def _initial(seed: int) -> ShopDB:
+    rng = random.Random(f"shop:{seed}")
+    products = {}
+    for i, (name, category) in enumerate(_CATALOGUE, 1):
+        pid = f"P{i:03d}"
+        products[pid] = Product(id=pid, name=name, category=category,
+                                price_cents=rng.randrange(300, 12000, 25), stock=rng.randint(0, 20))
+    customers = {}
+    for i, (name, city) in enumerate(_PEOPLE, 1):
+        cid = f"C{i:03d}"
+        first = name.split()[0].lower()
+        customers[cid] = Customer(id=cid, name=name, email=f"{first}@example.com", city=city)
+    orders = {}
+    for i in range(1, 7):
+        oid = f"O{i:04d}"
+        picks = rng.sample(sorted(products), rng.randint(1, 2))
+        lines = [OrderLine(product_id=p, quantity=rng.randint(1, 3), unit_price_cents=products[p].price_cents)
+                 for p in picks]
+        orders[oid] = Order(id=oid, customer_id=rng.choice(sorted(customers)), lines=lines,
+                            status=rng.choice(["placed", "placed", "shipped"]))
+    return ShopDB(products=products, customers=customers, orders=orders)
+
+
+def initial_db(seed: int = 0) -> ShopDB:
+    """A fresh copy of the seeded starting database (the cached original is never handed out)."""
+    return _initial(int(seed)).model_copy(deep=True)
+
+
+def make_shop_env(task: Task) -> ShopDB:
+    """Task.env factory: a fresh database for one episode (seed from `task.meta["shop_seed"]`, default 0)."""
+    return initial_db(int(task.meta.get("shop_seed", 0)))
+
+
+# ---------------------------------------------------------------------------------------------- tools
+# Tools raise on bad input; the function backend turns the exception into an error observation the
+# policy reads, and the rollout counts it. Nothing is written when a call fails.
+def _product(env: ShopDB, product_id: str) -> Product:
+    if product_id not in env.products:
+        raise ValueError(f"no product {product_id!r}")
+    return env.products[product_id]
+
+
+def _order(env: ShopDB, order_id: str) -> Order:
+    if order_id not in env.orders:
+        raise ValueError(f"no order {order_id!r}")
+    return env.orders[order_id]
+
+
+def _customer(env: ShopDB, customer_id: str) -> Customer:
+    if customer_id not in env.customers:
+        raise ValueError(f"no customer {customer_id!r}")
+    return env.customers[customer_id]
+
+
+def _show_product(p: Product) -> str:
+    return f"{p.id} {p.name} ({p.category}) {money(p.price_cents)}, {p.stock} in stock"
+
+
+def _show_order(env: ShopDB, o: Order) -> str:
+    items = ", ".join(f"{line.quantity} x {env.products[line.product_id].name}" for line in o.lines)
+    return f"{o.id} for {o.customer_id}: {items}; total {money(o.total_cents)}; {o.status}"
+
+
+def shop_search_products(env: ShopDB, query: str) -> str:
+    """Find products whose name or category contains every word of the query.
+
+    Args:
+        query: words to look for, e.g. "mug" or "kitchen".
+    """
+    words = query.lower().split()
+    hits = [p for p in env.products.values() if all(w in f"{p.name} {p.category}".lower() for w in words)]
+    return "\n".join(_show_product(p) for p in hits) or "no products found"
+
+
+def shop_get_product(env: ShopDB, product_id: str) -> str:
+    """Price and stock of one product.
+
+    Args:
+        product_id: the product id, e.g. "P003".
+    """
+    return _show_product(_product(env, product_id))
+
+
+def shop_get_customer(env: ShopDB, customer_id: str) -> str:
+    """A customer's details and order ids.
+
+    Args:
+        customer_id: the customer id, e.g. "C002".
+    """
+    c = _customer(env, customer_id)
+    orders = sorted(o.id for o in env.orders.values() if o.customer_id == c.id)
+    return f"{c.id} {c.name}, {c.email}, {c.city}; orders: {', '.join(orders) or 'none'}"
+
+
+def shop_get_order(env: ShopDB, order_id: str) -> str:
+    """Items, total and status of one order.
+
+    Args:
+        order_id: the order id, e.g. "O0004".
+    """
+    return _show_order(env, _order(env, order_id))
+
+
+def shop_place_order(env: ShopDB, customer_id: str, product_id: str, quantity: int = 1) -> str:
+    """Order a product for a customer; takes it out of stock.
+
+    Args:
+        customer_id: who orders, e.g. "C002".
+        product_id: what to order, e.g. "P003".
+        quantity: how many (at least 1).
+    """
+    _customer(env, customer_id)
+    p = _product(env, product_id)
+    if quantity < 1:
+        raise ValueError(f"quantity must be at least 1, got {quantity}")
+    if p.stock < quantity:
+        raise ValueError(f"only {p.stock} of {p.id} in stock, {quantity} asked")
+    oid = f"O{env.next_order:04d}"
+    p.stock -= quantity
+    env.orders[oid] = Order(id=oid, customer_id=customer_id,
+                            lines=[OrderLine(product_id=p.id, quantity=quantity, unit_price_cents=p.price_cents)])
+    env.next_order += 1
+    return "placed " + _show_order(env, env.orders[oid])
+
+
+def shop_cancel_order(env: ShopDB, order_id: str) -> str:
+    """Cancel an order that has not shipped; its items go back into stock.
+
+    Args:
+        order_id: the order id, e.g. "O0004".
+    """
+    o = _order(env, order_id)
+    if o.status != "placed":
+        raise ValueError(f"order {o.id} is {o.status} and cannot be cancelled")
+    for line in o.lines:
+        env.products[line.product_id].stock += line.quantity
+    o.status = "cancelled"
+    return "cancelled " + _show_order(env, o)
+
+
+def shop_update_email(env: ShopDB, customer_id: str, email: str) -> str:
+    """Change a customer's email address.
+
+    Args:
+        customer_id: the customer id, e.g. "C002".
+        email: the new address.
+    """
+    c = _customer(env, customer_id)
+    if "@" not in email:
+        raise ValueError(f"not an email address: {email!r}")
+    c.email = email
+    return f"updated {c.id}: email {c.email}"
+
+
+SHOP_TOOLS: dict[str, Callable[..., str]] = {fn.__name__: fn for fn in (
+    shop_search_products, shop_get_product, shop_get_customer, shop_get_order,
+    shop_place_order, shop_cancel_order, shop_update_email)}
+WRITE_TOOLS: frozenset[str] = frozenset({"shop_place_order", "shop_cancel_order", "shop_update_email"})
+
+
+# ---------------------------------------------------------------------------------------------- scoring
+def replay(task: Task, calls: list[ToolCall] | None = None) -> ShopDB:
+    """A fresh database after running `calls` (default: the task's golden calls) in order. A failing
+    call raises: golden calls must be valid, and a test that perturbs them wants to know."""
+    env = make_shop_env(task)
+    if calls is None:
+        calls = task.golden.calls if task.golden else []
+    for call in calls:
+        if call.name not in SHOP_TOOLS:
+            raise ValueError(f"task {task.id}: {call.name!r} is not a shop tool")
+        SHOP_TOOLS[call.name](env, **call.arguments)
+    return env
+
+
+def check(answer: str | None, task: Task, env: Any = None) -> float:
+    """Task checker (`checker: "orchlib.envs.shop:check"`): 1.0 when the episode's database has the
+    golden state hash and the answer names every fact in `task.meta["required"]`, else 0.0.
+    `env=None` means no episode database was kept, which is scored as the untouched initial state."""
+    if answer is None:
+        return 0.0
+    state = env if env is not None else make_shop_env(task)
+    if not isinstance(state, ShopDB):
+        raise TypeError(f"task {task.id}: shop checker needs a ShopDB, got {type(state).__name__}")
+    if state.state_hash() != replay(task).state_hash():
+        return 0.0
+    text = answer.lower()
+    return float(all(str(fact).lower() in text for fact in task.meta.get("required", [])))

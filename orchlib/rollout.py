@@ -1,0 +1,222 @@
+"""The orchestration loop: tasks → trajectories.
+
+For every active trajectory at once: generate one assistant turn (batched, stop at <|im_end|>), parse
+its tool calls, run all calls of all trajectories concurrently, append each turn's observations as the
+token ids of the rendered segment, and go on with the trajectories still running. An episode ends at
+the policy's own answer (a turn without calls), at the answer of a tool whose card is `final`, at
+`max_turns`, or at the token budget.
+
+Token in, token out: `Trajectory.ids` = prompt ids + sampled ids + observation ids, in order; the mask
+is 1 exactly on sampled ids; `logprobs` are the sampling log-probs. Nothing is re-tokenised.
+Money in USD, time in seconds: a turn's latency = the policy's generation time + the longest of its
+concurrent calls. The policy's time is declared per token by default (reproducible runs, and what
+a served 8B policy would take) — set `measure_policy_latency` to use the measured wall time instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections import Counter
+from typing import Any, Coroutine, Sequence, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchlib.chat import IM_END, ToolCallParseError, observation_segment, parse_tool_calls
+from orchlib.engines.base import Engine, SamplingParams
+from orchlib.tasks import Preference, Task
+from orchlib.trajectory import Observation, Trajectory, Turn
+
+__all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync"]
+
+DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
+                         "Weigh accuracy, cost and latency as the user prefers.")
+
+T = TypeVar("T")
+
+
+class RolloutConfig(BaseModel):
+    """How episodes are sampled and accounted. Defaults run the tiny policy on a laptop CPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_turns: int = Field(4, ge=1, description="ToolOrchestra allows up to 50; 4 covers call → answer on a laptop")
+    max_new_tokens: int = Field(48, ge=1, description="per turn; a tool call of the default policy is ~20-40 ids")
+    max_total_tokens: int = Field(2048, ge=16, description="token budget of one trajectory (prompt included)")
+    temperature: float = Field(1.0, ge=0.0, description="1.0: the log-probs GRPO's ratio needs are exact")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    show_preference: bool = Field(True, description="render P in the system turn (the policy must see it)")
+    policy_price_in: float = Field(0.2, ge=0, description="USD per M input ids; Qwen3-8B in the ToolOrchestra "
+                                                           "release")
+    policy_price_out: float = Field(0.2, ge=0, description="USD per M sampled ids; Qwen3-8B, same source")
+    policy_seconds_per_token: float = Field(0.02, ge=0, description="declared generation time per sampled id "
+                                                                    "(~50 tok/s, a served 8B model)")
+    measure_policy_latency: bool = Field(False, description="use measured batch wall time instead")
+    tool_timeout_s: float = Field(30.0, gt=0, description="per call; a timeout becomes an error observation")
+    max_parallel: int = Field(16, ge=1, description="cap on concurrent tool calls per trajectory turn")
+    max_observation_chars: int = Field(1500, ge=16, description="longer tool output is cut before the policy "
+                                                                "reads it (the tool's cost is unchanged)")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, also inside Jupyter (whose loop is running)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfig) -> str:
+    """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate."""
+    system = config.system_prompt
+    if config.show_preference:
+        system += "\n" + (task.preference or Preference(name="default")).render()
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
+    return tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _tool_schemas(toolbox, task: Task) -> list[dict]:
+    schemas = toolbox.schemas()
+    if task.tools is None:
+        return schemas
+    allowed = set(task.tools)
+    return [s for s in schemas if s["function"]["name"] in allowed]
+
+
+class _Episode:
+    """Mutable state of one trajectory while it runs."""
+
+    def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict]):
+        self.task, self.env, self.schemas = task, task.make_env(), schemas
+        self.traj = Trajectory(task_id=task.id, group_index=index, prompt=task.prompt, category=task.category,
+                               preference=(task.preference or Preference(name="default")).model_dump(),
+                               ids=list(prompt_ids), mask=[0] * len(prompt_ids),
+                               logprobs=[0.0] * len(prompt_ids), prompt_len=len(prompt_ids))
+        self.errors: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self.done = False
+
+    def messages(self) -> list[dict]:
+        return [{"role": "user", "content": self.task.prompt}] + self.traj.to_messages()[1:]
+
+
+def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig = RolloutConfig(),
+            group_size: int = 1, seed: int | None = None) -> list[Trajectory]:
+    """Run `group_size` episodes of every task; returns trajectories task-major (task 0's G first)."""
+    tok = engine.tokenizer
+    eos = tok.convert_tokens_to_ids(IM_END)
+    if eos is None or eos == tok.unk_token_id:
+        eos = tok.eos_token_id
+    episodes: list[_Episode] = []
+    for task in tasks:
+        schemas = _tool_schemas(toolbox, task)
+        prompt = render_prompt(task, schemas, tok, config)
+        ids = _encode(tok, prompt)
+        episodes += [_Episode(task, g, ids, schemas) for g in range(group_size)]
+    params = dict(temperature=config.temperature, top_p=config.top_p)
+    first = True
+    while active := [e for e in episodes if not e.done]:
+        budget = [config.max_total_tokens - len(e.traj.ids) for e in active]
+        max_new = max(1, min(config.max_new_tokens, max(budget)))
+        result = engine.generate([e.traj.ids for e in active],
+                                 SamplingParams(max_new_tokens=max_new, seed=seed if first else None, **params),
+                                 stop_ids=[eos])
+        first = False
+        pending: list[tuple[_Episode, Turn, list]] = []
+        for ep, gen, left in zip(active, result.outputs, budget):
+            ids, lps = gen.ids[:max(left, 0)], gen.logprobs[:max(left, 0)]
+            ended = bool(ids) and ids[-1] == eos
+            in_tokens = len(ep.traj.ids)
+            ep.traj.ids += ids
+            ep.traj.mask += [1] * len(ids)
+            ep.traj.logprobs += lps
+            text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+            gen_s = result.seconds if config.measure_policy_latency else len(ids) * config.policy_seconds_per_token
+            turn = Turn(text=text, gen_latency_s=gen_s, latency_s=gen_s, tokens_out=len(ids),
+                        cost_usd=(in_tokens * config.policy_price_in + len(ids) * config.policy_price_out) / 1e6)
+            ep.traj.turns.append(turn)
+            try:
+                content, calls = parse_tool_calls(text)
+            except ToolCallParseError as e:
+                ep.errors["malformed_call"] += 1
+                turn.observations.append(Observation(content=f"Error: {e}", error=str(e),
+                                                     error_kind="malformed_call"))
+                pending.append((ep, turn, []))
+                continue
+            if not calls:
+                if ended or len(ep.traj.ids) >= config.max_total_tokens:
+                    ep.traj.final_answer = content
+                    _finish(ep, "answer" if ended else "token_budget")
+                else:  # cut off mid-answer by max_new_tokens: let it go on next turn
+                    pending.append((ep, turn, []))
+                continue
+            turn.calls = calls
+            ep.calls.update(c.name for c in calls)
+            pending.append((ep, turn, calls))
+        _run_tools(pending, toolbox, config)
+        for ep, turn, _ in pending:
+            final = next((o for o in turn.observations if o.final and not o.error), None)
+            if final is not None:
+                ep.traj.final_answer = final.content
+                _finish(ep, "final_tool")
+                continue
+            ended = ep.traj.ids[-1] == eos
+            seg = ("" if ended else IM_END) + observation_segment(
+                _shown(o, config.max_observation_chars) for o in turn.observations)
+            seg_ids = _encode(tok, seg)
+            ep.traj.ids += seg_ids
+            ep.traj.mask += [0] * len(seg_ids)
+            ep.traj.logprobs += [0.0] * len(seg_ids)
+            if len(ep.traj.turns) >= config.max_turns:
+                _finish(ep, "max_turns")
+            elif len(ep.traj.ids) >= config.max_total_tokens - 1:
+                _finish(ep, "token_budget")
+    return [e.traj for e in episodes]
+
+
+def _shown(obs: Observation, limit: int) -> str:
+    text = obs.content if not obs.error or obs.error in obs.content else f"Error ({obs.error_kind}): {obs.error}"
+    return text if len(text) <= limit else text[:limit] + " …[truncated]"
+
+
+def _run_tools(pending, toolbox, config: RolloutConfig) -> None:
+    """All calls of all trajectories this turn, concurrently; fills observations, cost and latency."""
+    from orchlib.tools.base import ToolContext
+
+    async def one(ep: _Episode, turn: Turn, calls):
+        if not calls:
+            return []
+        ctx = ToolContext(task_id=ep.task.id, prompt=ep.task.prompt, category=ep.task.category,
+                          answer=ep.task.answer, messages=ep.messages(), env=ep.env,
+                          seed=ep.traj.group_index)
+        return await toolbox.call_many(calls, ctx, timeout_s=config.tool_timeout_s,
+                                       max_parallel=config.max_parallel)
+
+    async def all_():
+        return await asyncio.gather(*(one(ep, turn, calls) for ep, turn, calls in pending))
+
+    results = run_sync(all_()) if pending else []
+    for (ep, turn, calls), obs in zip(pending, results):
+        for o in obs:
+            if o.error_kind:
+                ep.errors[o.error_kind] += 1
+        turn.observations += obs
+        turn.cost_usd += sum(o.cost_usd for o in turn.observations)
+        turn.latency_s = turn.gen_latency_s + max((o.latency_s for o in turn.observations), default=0.0)
+
+
+def _finish(ep: _Episode, reason: str) -> None:
+    ep.done = True
+    t = ep.traj
+    t.finish_reason = reason  # type: ignore[assignment]
+    t.calls = dict(sorted(ep.calls.items()))
+    t.errors = dict(sorted(ep.errors.items()))
+    t.cost_usd = sum(turn.cost_usd for turn in t.turns)
+    t.latency_s = sum(turn.latency_s for turn in t.turns)
+    t.outcome = ep.task.score(t.final_answer, ep.env) if t.final_answer is not None else 0.0

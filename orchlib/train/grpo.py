@@ -1,0 +1,395 @@
+"""GRPO for orchestrators, one step at a time, on Accelerate (+ optional PEFT LoRA).
+
+    trainer = Trainer(policy, tasks, tools, reward, GRPOConfig())
+    report = trainer.step()      # rollout → reward → advantages → update; returns what happened
+    trainer.run(50)              # a loop over step() with a progress bar
+    trainer.save("ckpt"); Trainer.resume("ckpt", tasks, tools, reward)
+
+Multi-process: `accelerate launch --num_processes 2 examples/train.py` (CPU: gloo). Every process
+draws the same tasks for a step and rolls out its own share of them; groups never straddle processes,
+so advantages are computed locally and DDP averages the gradients.
+
+Where this departs from ToolOrchestra (arXiv 2511.21689): laptop defaults (lr 5e-4 for a ~1 M-parameter
+policy instead of 1e-6 for 8 B; 4 tasks × 8 rollouts per step instead of 16 × 8), one optimiser
+step per batch of rollouts (so the ratio starts at 1 and clipping guards only numerical drift), and
+a k3 KL term to the starting policy (coefficient 0.05) that kept small policies from collapsing onto
+one tool before they learn to read P.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import pickle
+import random
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchlib.engines.transformers import TransformersEngine
+from orchlib.rollout import RolloutConfig, rollout
+from orchlib.tasks import Task
+from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
+from orchlib.train.loss import grpo_loss, group_advantages, keep_groups
+from orchlib.trajectory import Trajectory
+
+__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer"]
+
+
+class LoraSettings(BaseModel):
+    """PEFT LoRA; with it the KL reference is the same model with the adapter disabled (no copy)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    r: int = Field(8, ge=1, description="rank; 8 is PEFT's common default")
+    alpha: int = Field(16, ge=1, description="scale alpha/r = 2, the usual choice")
+    dropout: float = Field(0.0, ge=0, lt=1, description="0 keeps rollout and update log-probs identical")
+    target_modules: str | list[str] = Field("all-linear", description="every linear layer but the head")
+
+
+class GRPOConfig(BaseModel):
+    """Every knob of a GRPO run. Defaults: one step of the tiny policy on 2 CPU cores in seconds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    seed: int = 0
+    learning_rate: float = Field(5e-4, gt=0, description="tiny policy; the paper's 8B run used 1e-6")
+    tasks_per_step: int = Field(4, ge=1, description="the paper: 16 tasks per batch")
+    group_size: int = Field(8, ge=2, description="rollouts per task; the paper: 8")
+    paired_profiles: tuple[str, ...] = Field((), description="repeat each drawn task under each of these "
+                                             "preference profiles (contrast in one batch speeds up learning P)")
+    micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward")
+    clip_low: float = Field(0.2, ge=0, description="ε_low, as in the ToolOrchestra release")
+    clip_high: float = Field(0.28, ge=0, description="ε_high (clip-higher), as in the release")
+    kl_coef: float = Field(0.05, ge=0, description="k3 KL to the starting policy; 0 disables it")
+    advantage_scale: Literal["std", "none"] = Field("std", description="'none' = Dr. GRPO mean-only")
+    loss_level: Literal["token", "sequence"] = Field("token", description="how token losses are averaged")
+    min_reward_spread: float = Field(1e-6, ge=0, description="groups whose reward std is at most this are "
+                                                             "left out of the update (the paper's filter)")
+    max_grad_norm: float = Field(1.0, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    lora: LoraSettings | None = Field(None, description="None = full fine-tuning")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 where the "
+                                                                   "GPU has it, else fp32")
+    log_with: str | None = Field(None, description="an Accelerate tracker: 'tensorboard', 'wandb', …")
+    project_dir: str | None = Field(None, description="where trackers write (tensorboard needs it)")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+
+
+@dataclass
+class StepReport:
+    """What one step did. `metrics` are over all processes; `trajectories` are this process's."""
+
+    step: int
+    metrics: dict[str, float]
+    trajectories: list[Trajectory] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+
+
+def _resolve_policy(policy) -> tuple[Any, Any, str]:
+    from orchlib.models import build_default_policy, load_policy
+
+    if isinstance(policy, tuple):
+        model, tok = policy
+        return model, tok, str(getattr(model, "name_or_path", "") or "")
+    if policy in ("tiny", "small"):
+        model, tok = build_default_policy(policy)
+    else:
+        model, tok = load_policy(policy)
+    return model, tok, str(model.name_or_path)
+
+
+def _resolve_tools(tools):
+    from orchlib.tools import Toolbox
+
+    if isinstance(tools, Toolbox):
+        return tools
+    if isinstance(tools, (str, Path)):
+        return Toolbox.load(tools)
+    return Toolbox.from_cards(list(tools))
+
+
+def _resolve_reward(reward):
+    from orchlib.reward import Reward
+
+    return reward if isinstance(reward, Reward) else Reward.load(reward)
+
+
+class Trainer:
+    def __init__(self, policy, tasks: Sequence[Task], tools, reward, config: GRPOConfig = GRPOConfig(),
+                 *, policy_source: str | None = None):
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        self.config = config
+        set_seed(config.seed)
+        model, self.tokenizer, source = _resolve_policy(policy)
+        self.policy_source = policy_source or source
+        if config.lora:
+            from peft import LoraConfig, get_peft_model
+
+            lc = config.lora
+            model = get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
+                                                     target_modules=lc.target_modules, task_type="CAUSAL_LM"))
+        mp = config.mixed_precision
+        if mp == "auto":
+            mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+        self.accelerator = Accelerator(mixed_precision=mp, log_with=config.log_with, project_dir=config.project_dir)
+        self.ref_model = None
+        if config.kl_coef > 0 and not config.lora:  # full fine-tuning needs a frozen copy as the reference
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(self.accelerator.device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        warm = config.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)))
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        acc = self.accelerator
+        self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer,
+                                         seed=config.seed * 1000 + acc.process_index)
+        self.toolbox = _resolve_tools(tools)
+        self.reward = _resolve_reward(reward)
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise ValueError("Trainer needs at least one task")
+        self.rng = random.Random(config.seed)
+        self.step_count = 0
+        self.history: list[dict[str, float]] = []
+        if config.log_with:
+            acc.init_trackers("orchlib", config=_flat(config.model_dump(mode="json")))
+
+    # ------------------------------------------------------------------ one step
+    def _draw_tasks(self) -> list[Task]:
+        k = min(self.config.tasks_per_step, len(self.tasks))
+        drawn = self.rng.sample(self.tasks, k)
+        if self.config.paired_profiles:
+            from orchlib.tasks import PROFILES
+
+            drawn = [t.model_copy(update={"preference": PROFILES[p]}) for t in drawn
+                     for p in self.config.paired_profiles]
+        return drawn
+
+    def step(self) -> StepReport:
+        acc, cfg, G = self.accelerator, self.config, self.config.group_size
+        t0 = time.perf_counter()
+        tasks = self._draw_tasks()
+        local = tasks[acc.process_index::acc.num_processes]
+        trajs = rollout(local, self.toolbox, self.engine, cfg.rollout, group_size=G) if local else []
+        t1 = time.perf_counter()
+        groups = [trajs[i * G:(i + 1) * G] for i in range(len(local))]
+        rewards = np.array([self.reward(g, P=t.preference) for g, t in zip(groups, local)], dtype=np.float64)
+        rewards = rewards.reshape(len(local), G)
+        terms = self._term_means(groups, local)
+        r = torch.tensor(rewards, dtype=torch.float32)
+        adv = group_advantages(r, cfg.advantage_scale) if len(local) else r
+        keep = keep_groups(r, cfg.min_reward_spread) if len(local) else torch.zeros(0, dtype=torch.bool)
+        t2 = time.perf_counter()
+        upd = self._update([t for g, k in zip(groups, keep.tolist()) if k for t in g],
+                           adv[keep].flatten().tolist())
+        t3 = time.perf_counter()
+        self.step_count += 1
+        metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd)
+        metrics.update({"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2,
+                        "time/step": t3 - t0, "lr": self.scheduler.get_last_lr()[0]})
+        self.history.append(metrics)
+        if cfg.log_with:
+            acc.log(metrics, step=self.step_count)
+        return StepReport(self.step_count, metrics, trajs, rewards.flatten().tolist(), adv.flatten().tolist())
+
+    def run(self, n: int, progress: bool = True) -> list[StepReport]:
+        from tqdm.auto import tqdm
+
+        reports = []
+        bar = tqdm(range(n), desc="GRPO", disable=not progress or not self.accelerator.is_main_process)
+        for _ in bar:
+            reports.append(self.step())
+            m = reports[-1].metrics
+            bar.set_postfix(reward=f"{m['reward']:.3f}", acc=f"{m['accuracy']:.2f}")
+        return reports
+
+    def _term_means(self, groups, tasks) -> dict[str, float]:
+        sums: dict[str, list[float]] = defaultdict(list)
+        for g, t in zip(groups, tasks):
+            for name, values in self.reward.explain(g, P=t.preference).terms().items():
+                sums[name] += list(np.asarray(values, dtype=float))
+        return {k: float(np.mean(v)) for k, v in sums.items()}
+
+    def _update(self, trajs: list[Trajectory], advantages: list[float]) -> dict[str, float]:
+        """One optimiser step over the kept trajectories (micro-batched); all processes take part."""
+        acc, cfg = self.accelerator, self.config
+        n_tok = sum(sum(t.mask[1:]) for t in trajs)
+        totals = acc.gather(torch.tensor([len(trajs), n_tok], device=acc.device).reshape(1, 2)).sum(0)
+        if int(totals[0]) == 0:  # every group was filtered out, on every process: nothing to learn
+            return {"skipped": 1.0}
+        self.model.train()
+        denom = max(n_tok, 1) if cfg.loss_level == "token" else max(len(trajs), 1)
+        stats: dict[str, float] = Counter()
+        batches = [list(range(i, min(i + cfg.micro_batch_size, len(trajs))))
+                   for i in range(0, len(trajs), cfg.micro_batch_size)] or [[]]
+        for bi, idx in enumerate(batches):
+            last = bi == len(batches) - 1
+            ctx = acc.no_sync(self.model) if not last else contextlib.nullcontext()
+            with ctx:
+                loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx], denom)
+                acc.backward(loss)
+            for k, v in s.items():
+                stats[k] += v
+        grad_norm = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = {k: v / max(stats.get("_weight", 1.0), 1e-12) for k, v in stats.items() if k != "_weight"}
+        out["grad_norm"] = float(grad_norm)
+        return out
+
+    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int):
+        """Loss of one micro-batch, weighted so the sum over micro-batches is the batch mean."""
+        cfg, dev = self.config, self.accelerator.device
+        if not trajs:  # this process kept nothing: a zero loss that still touches every parameter (DDP)
+            dummy = torch.tensor([[self.tokenizer.pad_token_id or 0]], device=dev)
+            return self.model(input_ids=dummy).logits.sum() * 0.0, {}
+        width = max(len(t.ids) for t in trajs)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(trajs), width), pad, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        mask = torch.zeros((len(trajs), width), dtype=torch.float32)
+        old = torch.zeros((len(trajs), width), dtype=torch.float32)
+        for i, t in enumerate(trajs):  # right padding: positions start at 0 for every row
+            n = len(t.ids)
+            ids[i, :n], attn[i, :n] = torch.tensor(t.ids), 1
+            mask[i, :n], old[i, :n] = torch.tensor(t.mask, dtype=torch.float32), torch.tensor(t.logprobs)
+        ids, attn, mask, old = ids.to(dev), attn.to(dev), mask[:, 1:].to(dev), old[:, 1:].to(dev)
+        adv = torch.tensor(advantages, dtype=torch.float32, device=dev)
+        out = self.model(input_ids=ids, attention_mask=attn)
+        logits = out.logits[:, :-1].float() / cfg.rollout.temperature if cfg.rollout.temperature > 0 \
+            else out.logits[:, :-1].float()
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        ref = self._ref_logprobs(ids, attn) if cfg.kl_coef > 0 else None
+        loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                            kl_coef=cfg.kl_coef, level=cfg.loss_level)
+        weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+            stats = {"loss": loss.item() * weight, "entropy": float((ent * mask).sum() / mask.sum()) * weight,
+                     "_weight": weight}
+            stats.update({k: float(v) * weight for k, v in s.items()})
+        return loss * (weight / denom), stats
+
+    @torch.no_grad()
+    def _ref_logprobs(self, ids, attn):
+        temp = self.config.rollout.temperature or 1.0
+        if self.config.lora:
+            with self.accelerator.unwrap_model(self.model).disable_adapter():
+                logits = self.model(input_ids=ids, attention_mask=attn).logits
+        else:
+            logits = self.ref_model(input_ids=ids, attention_mask=attn).logits
+        logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
+        return logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+    def _metrics(self, trajs, rewards, terms, keep, upd) -> dict[str, float]:
+        from accelerate.utils import gather_object
+
+        rows = [{"reward": r, "outcome": t.outcome, "cost": t.cost_usd, "latency": t.latency_s,
+                 "tokens": t.num_tokens, "turns": t.num_turns, "calls": t.calls, "errors": t.errors,
+                 "profile": t.preference.get("name", "")} for t, r in zip(trajs, rewards)]
+        kept = [int(keep.sum()), int((~keep).sum())]
+        if self.accelerator.num_processes > 1:
+            rows = gather_object(rows)
+            kept = np.array(gather_object([kept])).sum(0).tolist()
+        m: dict[str, float] = {"step": float(self.step_count)}
+        m.update(_summaries(rows))
+        for prof in sorted({r["profile"] for r in rows if r["profile"]}):
+            sub = _summaries([r for r in rows if r["profile"] == prof])
+            m.update({f"profile/{prof}/{k}": v for k, v in sub.items() if not k.startswith(("calls/", "errors/"))})
+        m.update({f"reward/{k}": v for k, v in terms.items()})
+        m["groups_kept"], m["groups_filtered"] = float(kept[0]), float(kept[1])
+        m.update({k: float(v) for k, v in upd.items()})
+        return m
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path: str | Path) -> Path:
+        """Weights (or adapter), optimizer, scheduler, RNG states, step, history — atomically."""
+        acc = self.accelerator
+        path = Path(path)
+        tmp = path.parent / f".{path.name}.tmp-{self.step_count}"
+        if acc.is_main_process:
+            tmp = temporary_sibling(path, str(self.step_count))
+        acc.wait_for_everyone()
+        acc.save_state(str(tmp / "state"))
+        torch.save(self.engine.generator.get_state(), tmp / "state" / f"engine_rng_{acc.process_index}.pt")
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            unwrapped = acc.unwrap_model(self.model)
+            unwrapped.save_pretrained(tmp / "policy")
+            self.tokenizer.save_pretrained(tmp / "policy")
+            if self.ref_model is not None:
+                self.ref_model.save_pretrained(tmp / "reference")
+            (tmp / "sampler_rng.pkl").write_bytes(pickle.dumps(self.rng.getstate()))
+            state = {"step": self.step_count, "history": self.history, "policy_source": self.policy_source,
+                     "config": self.config.model_dump(mode="json")}
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
+            commit(tmp, path)
+        acc.wait_for_everyone()
+        return path
+
+    @classmethod
+    def resume(cls, path: str | Path, tasks, tools, reward, config: GRPOConfig | None = None) -> "Trainer":
+        """Rebuild a trainer from `save()`d state and continue exactly where it stopped."""
+        from orchlib.models import load_policy
+
+        ckpt = find_checkpoint(path)
+        if ckpt is None:
+            raise FileNotFoundError(f"no complete checkpoint at {path}")
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        config = config or GRPOConfig.model_validate(state["config"])
+        source = ckpt / "policy" if not config.lora else state["policy_source"]
+        trainer = cls(load_policy(source), tasks, tools, reward, config, policy_source=state["policy_source"])
+        if trainer.ref_model is not None and (ckpt / "reference").exists():
+            ref, _ = load_policy(ckpt / "reference")
+            trainer.ref_model.load_state_dict(ref.state_dict())
+        acc = trainer.accelerator
+        acc.load_state(str(ckpt / "state"))
+        trainer.engine.generator.set_state(torch.load(ckpt / "state" / f"engine_rng_{acc.process_index}.pt"))
+        trainer.rng.setstate(pickle.loads((ckpt / "sampler_rng.pkl").read_bytes()))
+        trainer.step_count, trainer.history = state["step"], state["history"]
+        return trainer
+
+
+def _summaries(rows: list[dict]) -> dict[str, float]:
+    if not rows:
+        return {}
+    n = len(rows)
+    out = {"reward": sum(r["reward"] for r in rows) / n, "accuracy": sum(r["outcome"] for r in rows) / n,
+           "cost_usd": sum(r["cost"] for r in rows) / n, "latency_s": sum(r["latency"] for r in rows) / n,
+           "tokens": sum(r["tokens"] for r in rows) / n, "turns": sum(r["turns"] for r in rows) / n,
+           "errors": sum(sum(r["errors"].values()) for r in rows) / n}
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for r in rows:
+        calls.update(r["calls"])
+        errors.update(r["errors"])
+    total = sum(calls.values())
+    for tool, c in sorted(calls.items()):
+        out[f"calls/{tool}"] = c / n
+        out[f"share/{tool}"] = c / total if total else 0.0
+    for kind, c in sorted(errors.items()):
+        out[f"errors/{kind}"] = c / n
+    return out
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+

@@ -1,0 +1,76 @@
+"""GRPO loss as pure functions on tensors. Shapes: B sequences × T tokens.
+
+- token_logprobs: log π(a_t | s_t) of the ids that were sampled, from one forward pass.
+- group_advantages: (r − mean_group) / (std_group + eps), or mean-only (Dr. GRPO, arXiv 2503.20783).
+- clipped_surrogate: PPO-style with separate low/high clip ("clip-higher", DAPO arXiv 2503.14476;
+  ToolOrchestra's release uses 0.2 / 0.28).
+- kl_k3: the k3 estimator exp(q − p) − (q − p) − 1 ≥ 0 of KL(π‖π_ref) (Schulman, "Approximating KL").
+- masked_mean: token-level (all tokens of the batch count equally) or sequence-level (each sequence's
+  mean, then the mean over sequences) averaging.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+__all__ = ["token_logprobs", "group_advantages", "keep_groups", "clipped_surrogate", "kl_k3", "masked_mean",
+           "grpo_loss"]
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """logits [B, T, V] predicting ids [B, T] (already shifted) → log-probs [B, T] (float32)."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+
+
+def group_advantages(rewards: torch.Tensor, scale: Literal["std", "none"] = "std", eps: float = 1e-6):
+    """rewards [n_groups, G] → advantages [n_groups, G]; "none" keeps the mean-only Dr. GRPO form."""
+    centred = rewards - rewards.mean(dim=-1, keepdim=True)
+    if scale == "none":
+        return centred
+    return centred / (rewards.std(dim=-1, keepdim=True, unbiased=False) + eps)
+
+
+def keep_groups(rewards: torch.Tensor, min_spread: float) -> torch.Tensor:
+    """[n_groups] bool: groups whose reward std exceeds `min_spread` (ToolOrchestra drops the rest)."""
+    return rewards.std(dim=-1, unbiased=False) > min_spread
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                      clip_low: float = 0.2, clip_high: float = 0.28) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token loss −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) [B, T] and whether the clip was active."""
+    ratio = torch.exp(logp - old_logp)
+    adv = adv.unsqueeze(-1) if adv.dim() == 1 else adv
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * adv
+    return -torch.minimum(unclipped, clipped), (clipped < unclipped)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(π‖π_ref) from samples of π: exp(r) − r − 1 with r = ref − logp."""
+    r = ref_logp - logp
+    return torch.exp(r) - r - 1
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, level: Literal["token", "sequence"] = "token"):
+    mask = mask.to(x.dtype)
+    if level == "token":
+        return (x * mask).sum() / mask.sum().clamp(min=1)
+    per_seq = (x * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return per_seq.mean()
+
+
+def grpo_loss(logp, old_logp, adv, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.28, kl_coef=0.0,
+              level: Literal["token", "sequence"] = "token") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The whole objective: surrogate + kl_coef · KL, averaged over masked tokens. Returns (loss, stats)."""
+    surrogate, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high)
+    loss = masked_mean(surrogate, mask, level)
+    stats = {"clip_frac": masked_mean(clipped.to(logp.dtype), mask).detach()}
+    if ref_logp is not None:
+        kl = masked_mean(kl_k3(logp, ref_logp), mask, level)
+        stats["kl"] = kl.detach()
+        if kl_coef:
+            loss = loss + kl_coef * kl
+    return loss, stats
