@@ -18,11 +18,13 @@ import dataclasses
 import inspect
 import io
 import json
+import math
 import os
 import random
 import re
 import tempfile
 import typing
+from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
@@ -58,7 +60,7 @@ class CardError(ValueError):
 class Price(BaseModel):
     """What one call costs, in USD. All parts add up; 0 means free."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     per_call: float = Field(0.0, ge=0, description="flat fee per call (the ToolOrchestra web search: 0.01)")
     per_m_input: float = Field(0.0, ge=0, description="per million input tokens (gpt-5: 1.25)")
     per_m_output: float = Field(0.0, ge=0, description="per million output tokens (gpt-5: 10)")
@@ -70,7 +72,7 @@ class Price(BaseModel):
                 + tokens_out * self.per_m_output / 1e6 + seconds * self.per_second)
 
     def describe(self) -> str:
-        parts = [f"${v:g} {unit}" for v, unit in ((self.per_call, "per call"),
+        parts = [f"${_usd(v)} {unit}" for v, unit in ((self.per_call, "per call"),
                                                    (self.per_m_input, "per million input tokens"),
                                                    (self.per_m_output, "per million output tokens"),
                                                    (self.per_second, "per second")) if v]
@@ -81,7 +83,7 @@ class Latency(BaseModel):
     """Declared latency. Simulated and replay tools report a draw from it instead of sleeping, so runs
     are reproducible; real tools are timed and this is only what the card promises."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     seconds: float = Field(0.0, ge=0, description="mean seconds per call")
     jitter: float = Field(0.0, ge=0, lt=1, description="relative half-width: draws are uniform in "
                           "seconds × [1 - jitter, 1 + jitter]; 0 reports exactly `seconds`")
@@ -94,6 +96,11 @@ class Latency(BaseModel):
         # (unlike hash(), which PYTHONHASHSEED randomises).
         u = random.Random(":".join(map(str, key))).uniform(-1.0, 1.0)
         return self.seconds * (1.0 + self.jitter * u)
+
+
+def _usd(value: float) -> str:
+    """0.0000083 rather than 8.3e-06: prices are read by people and small models."""
+    return f"{value:g}" if value >= 1e-3 else f"{value:.10f}".rstrip("0").rstrip(".")
 
 
 @dataclasses.dataclass
@@ -260,7 +267,18 @@ def _yaml() -> YAML:
     y.preserve_quotes = True
     y.width = 100
     y.indent(mapping=2, sequence=4, offset=2)
+    y.representer.add_representer(float, _represent_float)
     return y
+
+
+def _represent_float(representer: Any, value: float) -> Any:
+    """Floats in positional notation (0.00001, not 1e-05): YAML 1.1 readers such as PyYAML take
+    an exponent without a dot for a string."""
+    text = repr(value)
+    if "e" in text and math.isfinite(value):
+        text = format(Decimal(text), "f")
+        text = text if "." in text else text + ".0"
+    return representer.represent_scalar("tag:yaml.org,2002:float", text)
 
 
 def _read_tree(path: Path) -> CommentedMap:

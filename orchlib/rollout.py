@@ -149,12 +149,10 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
                                                      error_kind="malformed_call"))
                 pending.append((ep, turn, []))
                 continue
-            if not calls:
-                if ended or len(ep.traj.ids) >= config.max_total_tokens:
-                    ep.traj.final_answer = content
-                    _finish(ep, "answer" if ended else "token_budget")
-                else:  # cut off mid-answer by max_new_tokens: let it go on next turn
-                    pending.append((ep, turn, []))
+            if not calls:  # the policy answered itself (or was cut off by max_new_tokens mid-answer)
+                ep.traj.final_answer = content
+                over = len(ep.traj.ids) >= config.max_total_tokens
+                _finish(ep, "answer" if ended else "token_budget" if over else "length")
                 continue
             turn.calls = calls
             ep.calls.update(c.name for c in calls)
@@ -170,13 +168,14 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
             seg = ("" if ended else IM_END) + observation_segment(
                 _shown(o, config.max_observation_chars) for o in turn.observations)
             seg_ids = _encode(tok, seg)
+            if len(ep.traj.ids) + len(seg_ids) >= config.max_total_tokens:  # no room to read and answer
+                _finish(ep, "token_budget")
+                continue
             ep.traj.ids += seg_ids
             ep.traj.mask += [0] * len(seg_ids)
             ep.traj.logprobs += [0.0] * len(seg_ids)
             if len(ep.traj.turns) >= config.max_turns:
                 _finish(ep, "max_turns")
-            elif len(ep.traj.ids) >= config.max_total_tokens - 1:
-                _finish(ep, "token_budget")
     return [e.traj for e in episodes]
 
 

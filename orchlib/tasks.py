@@ -176,7 +176,7 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
                 raise TaskFileError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
             except ValueError as e:
                 errs = getattr(e, "errors", lambda: [])()
-                field = ".".join(str(x) for x in errs[0]["loc"]) if errs else "?"
+                field = (".".join(str(x) for x in errs[0]["loc"]) or "(task)") if errs else "?"
                 msg = errs[0]["msg"] if errs else str(e)
                 raise TaskFileError(f"{path}:{lineno}: {field}: {msg}") from None
     return tasks

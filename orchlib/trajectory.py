@@ -74,7 +74,9 @@ class Trajectory(BaseModel):
     logprobs: list[float] = Field(default_factory=list)
     prompt_len: int = 0
     final_answer: str | None = None
-    finish_reason: Literal["answer", "final_tool", "max_turns", "token_budget", ""] = ""
+    # answer: a turn without calls; final_tool: a `final` tool answered; length: a turn hit max_new_tokens
+    # without a call; max_turns / token_budget: limits of the rollout config
+    finish_reason: Literal["answer", "final_tool", "length", "max_turns", "token_budget", ""] = ""
     outcome: float = 0.0
     cost_usd: float = 0.0
     latency_s: float = 0.0

@@ -14,6 +14,8 @@ import functools
 import hashlib
 import json
 import random
+import re
+from collections import defaultdict
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +25,8 @@ from orchlib.trajectory import ToolCall
 
 __all__ = ["Product", "Customer", "OrderLine", "Order", "ShopDB", "initial_db", "make_shop_env", "replay", "check",
            "SHOP_TOOLS", "WRITE_TOOLS", "shop_search_products", "shop_get_product", "shop_get_customer",
-           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money"]
+           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money", "mentions",
+           "shop_tasks"]
 
 
 class _Row(BaseModel):
@@ -277,5 +280,82 @@ def check(answer: str | None, task: Task, env: Any = None) -> float:
         raise TypeError(f"task {task.id}: shop checker needs a ShopDB, got {type(state).__name__}")
     if state.state_hash() != replay(task).state_hash():
         return 0.0
-    text = answer.lower()
-    return float(all(str(fact).lower() in text for fact in task.meta.get("required", [])))
+    return float(all(mentions(answer, str(fact)) for fact in task.meta.get("required", [])))
+
+
+def mentions(text: str, fact: str) -> bool:
+    """`fact` appears in `text` as a whole token, case-insensitively: "8" is in "8 in stock" but not in
+    "18" or "$14.80"; "14.75" is in "$14.75."."""
+    pattern = r"(?<![\w.])" + re.escape(fact.lower()) + r"(?!\w|\.\d)"
+    return re.search(pattern, text.lower()) is not None
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+def _call(name: str, **arguments: Any) -> ToolCall:
+    return ToolCall(name=name, arguments=arguments)
+
+
+def _shop_task(seed: int, kind: str, prompt: str, calls: list[ToolCall], answer: str, required: list[str]) -> Task:
+    from orchlib.tasks import Golden
+
+    return Task(id=f"shop-{hashlib.sha1(prompt.encode()).hexdigest()[:8]}", prompt=prompt, category="shop",
+                tools=sorted(SHOP_TOOLS), checker="orchlib.envs.shop:check", answer=answer,
+                env="orchlib.envs.shop:make_shop_env", golden=Golden(calls=calls, answer=answer),
+                meta={"shop_seed": seed, "required": required, "kind": kind})
+
+
+def shop_tasks(seed: int = 0, rng: random.Random | None = None) -> list[Task]:
+    """Every distinct shop task over the database of `seed`, kinds interleaved so that any prefix is
+    balanced (reads: price, stock, order total, a customer's orders; writes: place an order, with or
+    without looking the product up first, cancel an order, change an email). Shuffled by `rng`."""
+    rng = rng or random.Random(seed)
+    db = initial_db(seed)
+    kinds: dict[str, list[Task]] = defaultdict(list)
+    for p in db.products.values():
+        q = p.name.lower()
+        kinds["price"].append(_shop_task(seed, "price", f"What does the {p.name} cost?",
+                                         [_call("shop_search_products", query=q)],
+                                         f"The {p.name} costs {money(p.price_cents)}.", [money(p.price_cents)[1:]]))
+        kinds["stock"].append(_shop_task(seed, "stock", f"How many {p.name} are in stock?",
+                                         [_call("shop_search_products", query=q)], f"{p.stock} in stock.",
+                                         [str(p.stock)]))
+    for o in db.orders.values():
+        total = money(o.total_cents)
+        kinds["total"].append(_shop_task(seed, "total", f"What is the total of order {o.id}?",
+                                         [_call("shop_get_order", order_id=o.id)], f"Order {o.id} totals {total}.",
+                                         [total[1:]]))
+        if o.status == "placed":
+            kinds["cancel"].append(_shop_task(seed, "cancel", f"Cancel order {o.id}.",
+                                              [_call("shop_cancel_order", order_id=o.id)],
+                                              f"Order {o.id} is cancelled.", ["cancelled"]))
+    new_id = f"O{db.next_order:04d}"
+    for c in db.customers.values():
+        mine = sorted(o.id for o in db.orders.values() if o.customer_id == c.id)
+        if mine:
+            kinds["orders"].append(_shop_task(seed, "orders", f"Which orders does customer {c.id} have?",
+                                              [_call("shop_get_customer", customer_id=c.id)],
+                                              "Orders " + ", ".join(mine) + ".", mine))
+        for domain in ("mail.com", "post.org", "work.net"):
+            email = f"{c.name.split()[0].lower()}@{domain}"
+            kinds["email"].append(_shop_task(seed, "email", f"Change the email of customer {c.id} to {email}.",
+                                             [_call("shop_update_email", customer_id=c.id, email=email)],
+                                             "The email is updated.", []))
+        for p in db.products.values():
+            for qty in (1, 2, 3):
+                if p.stock < qty:
+                    continue
+                place = _call("shop_place_order", customer_id=c.id, product_id=p.id, quantity=qty)
+                kinds["order"].append(_shop_task(
+                    seed, "order", f"Order {qty} {p.name} ({p.id}) for customer {c.id} and give the order id.",
+                    [place], f"Placed order {new_id}.", [new_id]))
+                kinds["find_and_order"].append(_shop_task(
+                    seed, "find_and_order", f"Customer {c.id} wants {qty} {p.name}. Order it and give the order id.",
+                    [_call("shop_search_products", query=p.name.lower()), place], f"Placed order {new_id}.",
+                    [new_id]))
+    for pool in kinds.values():
+        rng.shuffle(pool)
+    order = sorted(kinds)
+    out: list[Task] = []
+    for i in range(max(len(v) for v in kinds.values())):
+        out += [kinds[k][i] for k in order if i < len(kinds[k])]
+    return out

@@ -42,7 +42,7 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
                       clip_low: float = 0.2, clip_high: float = 0.28) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token loss −min(ρA, clip(ρ, 1−ε_low, 1+ε_high)A) [B, T] and whether the clip was active."""
     ratio = torch.exp(logp - old_logp)
-    adv = adv.unsqueeze(-1) if adv.dim() == 1 else adv
+    adv = adv.unsqueeze(-1) if adv.dim() < logp.dim() else adv  # one advantage per sequence [B] → [B, 1]
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * adv
     return -torch.minimum(unclipped, clipped), (clipped < unclipped)

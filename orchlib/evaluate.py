@@ -1,0 +1,346 @@
+"""Evaluation: run a policy over tasks and report what it got right, what it spent, where its calls went.
+
+A policy is anything that produces trajectories through `orchlib.rollout.rollout`: a trained
+orchestrator (an Engine) or a fixed-routing baseline (`orchlib.baselines`, also an Engine), so both
+go through the same loop and the same accounting of money (USD) and time (s).
+
+Reported per task set, per category and per preference profile: accuracy (mean outcome), mean cost,
+mean latency, calls per tool (mean per task and share of all calls), errors (by kind and by tool) and,
+given a reward file, the mean reward. `preference_adherence` reruns the same tasks with only P changed.
+The cost–accuracy summaries follow the routing literature:
+
+- `frontier`: the Pareto-optimal (cost, accuracy) points.
+- `pgr` / `apgr`: performance gap recovered, RouteLLM (Ong et al. 2024, arXiv 2406.18665, §4):
+  PGR = (acc − acc_weak) / (acc_strong − acc_weak); APGR = the area under PGR against the share of calls
+  sent to the strong model, computed as RouteLLM's `routellm/evals/evaluate.py` does (trapezoids over
+  the operating points, normalised by the width of the call-share range they span).
+- `aiq`: RouterBench (Hu et al. 2024, arXiv 2403.12031, §3): the area under the non-decreasing convex
+  hull of accuracy against cost, divided by the cost range.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from orchlib.rollout import RolloutConfig, rollout
+from orchlib.tasks import Preference, Task
+from orchlib.trajectory import Trajectory, write_jsonl
+
+__all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metrics", "compare",
+           "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table"]
+
+# Evaluation gives more room than the training default (48 new ids, 4 turns): a shop write call is
+# ~55 ids of the default tokenizer, and a two-step shop task needs three turns before its answer.
+EVAL_ROLLOUT = RolloutConfig(max_turns=5, max_new_tokens=128, max_total_tokens=4096)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def summarize(trajectories: Sequence[Trajectory], rewards: Sequence[float] | None = None) -> dict[str, Any]:
+    """The numbers of one set of trajectories (means are per trajectory)."""
+    n = len(trajectories)
+    if n == 0:
+        return {"n": 0}
+    calls: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    by_tool: Counter[str] = Counter()
+    finish: Counter[str] = Counter()
+    for t in trajectories:
+        calls.update(t.calls)
+        kinds.update(t.errors)
+        finish[t.finish_reason or "unfinished"] += 1
+        for turn in t.turns:
+            for obs in turn.observations:
+                if obs.error_kind:
+                    by_tool[obs.tool or "(policy)"] += 1  # "" = rejected before any tool was found
+    total_calls = sum(calls.values())
+    n_err = sum(kinds.values())
+    out: dict[str, Any] = {
+        "n": n,
+        "accuracy": float(np.mean([t.outcome for t in trajectories])),
+        "cost_usd": float(np.mean([t.cost_usd for t in trajectories])),
+        "latency_s": float(np.mean([t.latency_s for t in trajectories])),
+        "turns": float(np.mean([t.num_turns for t in trajectories])),
+        "calls_per_task": total_calls / n,
+        "calls": {tool: {"count": c, "mean": c / n, "share": c / total_calls} for tool, c in sorted(calls.items())},
+        "errors": {"total": n_err, "per_task": n_err / n,
+                   "tasks_with_errors": sum(1 for t in trajectories if t.errors) / n,
+                   "by_kind": dict(sorted(kinds.items())), "by_tool": dict(sorted(by_tool.items()))},
+        "finish": dict(sorted(finish.items())),
+        "reward": None,
+    }
+    if rewards is not None:
+        if len(rewards) != n:
+            raise ValueError(f"{len(rewards)} rewards for {n} trajectories")
+        out["reward"] = float(np.mean(rewards))
+    return out
+
+
+def _profile(t: Trajectory) -> str:
+    return str(t.preference.get("name") or "default")
+
+
+def compute_metrics(trajectories: Sequence[Trajectory], rewards: Sequence[float] | None = None) -> dict[str, Any]:
+    """`summarize` overall, per category and per preference profile."""
+    groups: dict[str, dict[str, list[int]]] = {"by_category": defaultdict(list), "by_profile": defaultdict(list)}
+    for i, t in enumerate(trajectories):
+        groups["by_category"][t.category or "general"].append(i)
+        groups["by_profile"][_profile(t)].append(i)
+
+    def part(idx: list[int]) -> dict[str, Any]:
+        return summarize([trajectories[i] for i in idx], None if rewards is None else [rewards[i] for i in idx])
+
+    out: dict[str, Any] = {"overall": summarize(trajectories, rewards)}
+    for key, by in groups.items():
+        out[key] = {name: part(idx) for name, idx in sorted(by.items())}
+    return out
+
+
+def _group_rewards(trajectories: Sequence[Trajectory], tasks: Sequence[Task], group_size: int, reward) -> list[float]:
+    """The reward of every trajectory, computed per group (the G rollouts of one task) under its task's P."""
+    out: list[float] = []
+    for i, task in enumerate(tasks):
+        group = list(trajectories[i * group_size:(i + 1) * group_size])
+        values = np.asarray(reward(group, P=task.preference or Preference(name="default")), dtype=float)
+        if values.shape != (len(group),):
+            raise ValueError(f"reward gave shape {values.shape} for a group of {len(group)} (task {task.id})")
+        out += values.tolist()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- report
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table: first column left-aligned, the others right-aligned."""
+    cells = [[str(h) for h in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for j, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _mix(calls: Mapping[str, Mapping[str, float]], top: int = 4) -> str:
+    ranked = sorted(calls.items(), key=lambda kv: (-kv[1]["share"], kv[0]))
+    text = " ".join(f"{name}:{v['share']:.0%}" for name, v in ranked[:top])
+    return text + (" …" if len(ranked) > top else "") if text else "-"
+
+
+def _row(label: str, s: Mapping[str, Any]) -> list[Any]:
+    reward = "-" if s.get("reward") is None else f"{s['reward']:.3f}"
+    return [label, s["n"], f"{s['accuracy']:.3f}", f"{s['cost_usd']:.5f}", f"{s['latency_s']:.2f}",
+            f"{s['calls_per_task']:.2f}", s["errors"]["total"], reward, _mix(s["calls"])]
+
+
+_HEADER = ["", "n", "accuracy", "cost $", "latency s", "calls/task", "errors", "reward", "tool mix (share of calls)"]
+
+
+@dataclass
+class EvalReport:
+    """What `evaluate` returns: the metrics, the trajectories and (with a reward file) their rewards."""
+
+    name: str
+    metrics: dict[str, Any]
+    trajectories: list[Trajectory] = field(repr=False)
+    rewards: list[float] | None = field(default=None, repr=False)
+
+    def table(self) -> str:
+        """Overall, per category and per profile, one row each."""
+        m = self.metrics
+        rows = [_row("overall", m["overall"])]
+        rows += [_row(f"category {k}", v) for k, v in m["by_category"].items()]
+        rows += [_row(f"profile {k}", v) for k, v in m["by_profile"].items()]
+        return f"policy: {self.name}\n" + format_table(_HEADER, rows)
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "metrics": self.metrics}, indent=2, sort_keys=True)
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """metrics.json, table.txt and trajectories.jsonl in `folder`, each written atomically."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        _atomic_write(folder / "metrics.json", self.to_json() + "\n")
+        _atomic_write(folder / "table.txt", self.table() + "\n")
+        write_jsonl(self.trajectories, folder / "trajectories.jsonl")
+        return folder
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compare(reports: Mapping[str, EvalReport] | Sequence[EvalReport]) -> str:
+    """One row per policy: the overall numbers, then accuracy per category."""
+    items = list(reports.items()) if isinstance(reports, Mapping) else [(r.name, r) for r in reports]
+    cats = sorted({c for _, r in items for c in r.metrics["by_category"]})
+    header = ["policy", *_HEADER[1:-1], *[f"acc {c}" for c in cats], _HEADER[-1]]
+    rows = []
+    for name, r in items:
+        base = _row(name, r.metrics["overall"])
+        per = [f"{r.metrics['by_category'][c]['accuracy']:.2f}" if c in r.metrics["by_category"] else "-"
+               for c in cats]
+        rows.append(base[:-1] + per + base[-1:])
+    return format_table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------- evaluate
+def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: RolloutConfig | None = None,
+             group_size: int = 1, name: str | None = None, seed: int | None = 0) -> EvalReport:
+    """Run `policy` (an Engine: a trained orchestrator or a baseline) on every task, `group_size` times.
+
+    `reward` is an `orchlib.reward.Reward` (or any `fn(group, P=...) -> array`); rewards are computed per
+    task group under the task's own P, so with `group_size=1` group-normalised terms are degenerate.
+    """
+    tasks = list(tasks)
+    config = config or EVAL_ROLLOUT
+    trajectories = rollout(tasks, toolbox, policy, config, group_size=group_size, seed=seed)
+    rewards = _group_rewards(trajectories, tasks, group_size, reward) if reward is not None else None
+    label = name or getattr(policy, "name", None) or type(policy).__name__
+    return EvalReport(label, compute_metrics(trajectories, rewards), trajectories, rewards)
+
+
+def preference_adherence(engine, tasks: Sequence[Task], toolbox, profiles: Sequence[str | Preference] =
+                         ("accuracy", "thrifty"), config: RolloutConfig | None = None, reward=None,
+                         group_size: int = 1, seed: int | None = 0) -> dict[str, Any]:
+    """The same tasks under each preference profile, nothing else changed: accuracy, cost, latency and
+    tool mix per profile, and their differences from the first profile. `tool_mix_tv` is the total
+    variation distance between call shares (0: the policy ignores P; 1: disjoint tool choices).
+    A profile name is filled per task by `orchlib.envs.mini.preference_for` ("local-only" puts −1 on
+    the task's paid model tools)."""
+    from orchlib.envs.mini import preference_for
+
+    cards = _cards(toolbox)
+    out: dict[str, Any] = {"profiles": {}, "delta": {}, "reports": {}}
+    for prof in profiles:
+        pname = prof if isinstance(prof, str) else prof.name
+        varied = [t.model_copy(update={"preference": preference_for(prof, t.tools or [c.name for c in cards], cards)
+                                       if isinstance(prof, str) else prof}) for t in tasks]
+        rep = evaluate(engine, varied, toolbox, reward=reward, config=config, group_size=group_size,
+                       name=f"{getattr(engine, 'name', 'policy')}@{pname}", seed=seed)
+        s = rep.metrics["overall"]
+        out["reports"][pname] = rep
+        out["profiles"][pname] = {"accuracy": s["accuracy"], "cost_usd": s["cost_usd"], "latency_s": s["latency_s"],
+                                  "reward": s["reward"], "tool_share": {k: v["share"] for k, v in s["calls"].items()}}
+    names = list(out["profiles"])
+    base = out["profiles"][names[0]]
+    for other in names[1:]:
+        o = out["profiles"][other]
+        tools = sorted(set(base["tool_share"]) | set(o["tool_share"]))
+        shift = {k: o["tool_share"].get(k, 0.0) - base["tool_share"].get(k, 0.0) for k in tools}
+        out["delta"][f"{other}-{names[0]}"] = {
+            "accuracy": o["accuracy"] - base["accuracy"], "cost_usd": o["cost_usd"] - base["cost_usd"],
+            "latency_s": o["latency_s"] - base["latency_s"], "tool_share": shift,
+            "tool_mix_tv": 0.5 * sum(abs(v) for v in shift.values())}
+    return out
+
+
+def _cards(toolbox) -> list:
+    cards = getattr(toolbox, "cards", None)
+    if cards is None:
+        raise TypeError("preference profiles by name need a toolbox with `.cards`")
+    return list(cards.values()) if isinstance(cards, Mapping) else list(cards)
+
+
+# ---------------------------------------------------------------------------------------------- frontier
+def _pairs(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]]) -> list[tuple[Any, float, float]]:
+    items = points.items() if isinstance(points, Mapping) else enumerate(points)
+    out = [(k, float(p[0]), float(p[1])) for k, p in items]
+    if not out:
+        raise ValueError("no points")
+    return out
+
+
+def frontier(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]]) -> list[Any]:
+    """Keys (names, or indices for a list) of the Pareto-optimal (cost, accuracy) points, by cost: no
+    other point is at most as dear and at least as accurate, and strictly better in one of the two."""
+    pts = _pairs(points)
+    keep = [(c, -a, k) for k, c, a in pts
+            if not any(c2 <= c and a2 >= a and (c2 < c or a2 > a) for _, c2, a2 in pts)]
+    return [k for _, _, k in sorted(keep, key=lambda x: (x[0], x[1]))]
+
+
+def pgr(acc: float, acc_weak: float, acc_strong: float) -> float:
+    """Performance gap recovered (RouteLLM): (acc − weak) / (strong − weak); 0 = weak, 1 = strong."""
+    if acc_strong == acc_weak:
+        raise ValueError("PGR is undefined when the strong and weak references score the same")
+    return (acc - acc_weak) / (acc_strong - acc_weak)
+
+
+def apgr(points: Sequence[Sequence[float]], acc_weak: float, acc_strong: float) -> float:
+    """Average performance gap recovered (RouteLLM, arXiv 2406.18665 §4; `routellm/evals/evaluate.py`).
+
+    `points` are a router's operating points (share of calls to the strong model in [0, 1], accuracy),
+    e.g. one per cost threshold or per preference P. With x sorted, APGR = (AUC − AUC_weak) /
+    (AUC_strong − AUC_weak), each AUC the trapezoid area over the points' x range — the mean PGR over
+    that range. Over points from 0 % to 100 % strong calls this is RouteLLM's ∫₀¹ PGR d(strong share).
+    A single operating point gives its PGR."""
+    pts = sorted((float(x), float(y)) for x, y in points)
+    if not pts:
+        raise ValueError("no points")
+    if any(not 0.0 <= x <= 1.0 for x, _ in pts):
+        raise ValueError("the share of strong-model calls must lie in [0, 1]")
+    xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    width = xs[-1] - xs[0]
+    if width == 0:
+        return pgr(float(ys.mean()), acc_weak, acc_strong)
+    auc = float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2))
+    return (auc - acc_weak * width) / ((acc_strong - acc_weak) * width)
+
+
+def _upper_hull(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Upper concave hull of points sorted by x (one point per x: the most accurate)."""
+    hull: list[tuple[float, float]] = []
+    for p in pts:
+        while len(hull) >= 2:
+            (ox, oy), (ax, ay) = hull[-2], hull[-1]
+            if (ax - ox) * (p[1] - oy) - (ay - oy) * (p[0] - ox) >= 0:  # not a right turn: hull[-1] lies under
+                hull.pop()
+            else:
+                break
+        hull.append(p)
+    return hull
+
+
+def aiq(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]],
+        cost_range: tuple[float, float] | None = None) -> float:
+    """Average improvement in quality (RouterBench, arXiv 2403.12031 §3.2).
+
+    Points are (cost, accuracy) operating points of one router (e.g. its runs under several P). Any mix
+    of two operating points is reachable (route a share of tasks each way), so the attainable curve is
+    the upper convex hull; spending more never has to hurt, so the hull is made non-decreasing (flat
+    after its most accurate point). AIQ = ∫ hull(c) dc over [c_min, c_max] / (c_max − c_min), with the
+    points' own cost range unless `cost_range` is given (to compare routers on one range; beyond the
+    dearest point the curve stays flat). A zero-width range gives the best accuracy at that cost.
+    """
+    best: dict[float, float] = {}
+    for _, c, a in _pairs(points):
+        best[c] = max(a, best.get(c, -np.inf))
+    pts = sorted(best.items())
+    lo, hi = cost_range if cost_range is not None else (pts[0][0], pts[-1][0])
+    if lo < pts[0][0] or hi < lo:
+        raise ValueError(f"cost range ({lo}, {hi}) must start at or above the cheapest point ({pts[0][0]})")
+    hull = _upper_hull(pts)
+    peak = int(np.argmax([a for _, a in hull]))
+    hull = hull[:peak + 1]  # concave, so rising up to the peak; after it the curve stays flat
+    xs = np.array([c for c, _ in hull] + [max(hi, hull[-1][0])])
+    ys = np.array([a for _, a in hull] + [hull[-1][1]])
+    if hi == lo:
+        return float(np.interp(lo, xs, ys))
+    grid = np.unique(np.concatenate([[lo, hi], xs[(xs > lo) & (xs < hi)]]))
+    vals = np.interp(grid, xs, ys)
+    return float(np.sum((grid[1:] - grid[:-1]) * (vals[1:] + vals[:-1]) / 2) / (hi - lo))

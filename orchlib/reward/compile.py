@@ -1,0 +1,165 @@
+"""sympy → one vectorised function per term, through `sympy.lambdify` and a small code printer.
+
+The printer writes every non-arithmetic operation as a call to a name from a namespace
+(`_where`, `_minimum`, `minmax`, ...; see ops.py), so one printed program runs on numpy arrays or on
+torch tensors depending only on the namespace it is given. sympy's own numpy printer is not used
+because it prints `Min(a, b)` as `numpy.amin((a, b), axis=0)`, which fails when a per-group value
+(shape (n, 1)) meets a per-rollout one (shape (n, G)); here every such operation broadcasts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import sympy
+from sympy.printing.pycode import PythonCodePrinter
+
+from orchlib.reward.ops import GROUP_OPERATORS, NUMPY_NAMESPACE, torch_namespace
+
+__all__ = ["Step", "Program", "compile_program", "run_program"]
+
+
+class _Printer(PythonCodePrinter):
+    """Prints the reward language's sympy forms as calls into a backend namespace."""
+
+    def __init__(self) -> None:
+        super().__init__({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
+                          "user_functions": {name: name for name in GROUP_OPERATORS}})
+
+    def _call(self, name: str, *args: Any) -> str:
+        return f"{name}({', '.join(self._print(a) for a in args)})"
+
+    def _nest(self, name: str, args: Sequence[Any]) -> str:
+        # Binary, broadcasting forms nested left to right: f(f(a, b), c).
+        return reduce(lambda acc, a: f"{name}({acc}, {self._print(a)})", args[1:], self._print(args[0]))
+
+    def _print_Integer(self, expr: sympy.Integer) -> str:
+        # A Python int above 2**63 cannot meet a float64 array; beyond 2**53 it is not exact anyway.
+        return str(int(expr)) if abs(int(expr)) <= 2**53 else repr(float(expr))
+
+    def _print_Float(self, expr: sympy.Float) -> str:
+        return repr(float(expr))
+
+    def _print_Rational(self, expr: sympy.Rational) -> str:
+        return repr(float(expr))
+
+    _print_Half = _print_Rational
+
+    def _print_BooleanTrue(self, expr: Any) -> str:
+        return "True"
+
+    def _print_BooleanFalse(self, expr: Any) -> str:
+        return "False"
+
+    def _print_Pow(self, expr: sympy.Pow, rational: bool = False) -> str:
+        return self._hprint_Pow(expr, rational=rational, sqrt="_sqrt")
+
+    def _print_exp(self, expr: Any) -> str:
+        return self._call("_exp", *expr.args)
+
+    def _print_log(self, expr: Any) -> str:
+        return self._call("_log", *expr.args)
+
+    def _print_Abs(self, expr: Any) -> str:
+        return self._call("_abs", *expr.args)
+
+    def _print_Min(self, expr: Any) -> str:
+        return self._nest("_minimum", expr.args)
+
+    def _print_Max(self, expr: Any) -> str:
+        return self._nest("_maximum", expr.args)
+
+    def _print_And(self, expr: Any) -> str:
+        return self._nest("_and", expr.args)
+
+    def _print_Or(self, expr: Any) -> str:
+        return self._nest("_or", expr.args)
+
+    def _print_Not(self, expr: Any) -> str:
+        return self._call("_not", *expr.args)
+
+    def _print_BooleanFunction(self, expr: Any) -> str:
+        # ITE, Xor, Equivalent, Implies: sympy makes these from `==` between conditions.
+        return self._print(expr.to_nnf(simplify=False))
+
+    _print_ITE = _print_Xor = _print_Equivalent = _print_Implies = _print_BooleanFunction
+
+    def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
+        *branches, (last, last_cond) = expr.args
+        out = self._print(last) if last_cond == sympy.true else self._call("_where", last_cond, last, "_nan")
+        for value, cond in reversed(branches):
+            out = f"_where({self._print(cond)}, {self._print(value)}, {out})"
+        return out
+
+    def _print_Function(self, expr: Any) -> str:
+        name = type(expr).__name__
+        if name in GROUP_OPERATORS:
+            return self._call(name, *expr.args)
+        raise NotImplementedError(f"no compiled form for `{name}`")
+
+    def _print_not_supported(self, expr: Any) -> str:
+        raise NotImplementedError(f"no compiled form for `{type(expr).__name__}`: {expr}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One named expression compiled: `fn(*values of args)` → array broadcastable to (n, G)."""
+
+    name: str
+    expr: sympy.Expr
+    args: tuple[str, ...]
+    fn: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Program:
+    """A reward compiled for one tool set: its terms in order, then the reward itself (last step)."""
+
+    tools: tuple[str, ...]
+    steps: tuple[Step, ...]
+    inputs: tuple[str, ...]           # feature and preference names read, sorted
+    backend: str = "numpy"
+    _torch: dict[str, "Program"] = field(default_factory=dict, compare=False, repr=False)
+
+    def for_torch(self) -> "Program":
+        if "torch" not in self._torch:
+            self._torch["torch"] = compile_program([(s.name, s.expr) for s in self.steps], self.tools,
+                                                   self.inputs, backend="torch")
+        return self._torch["torch"]
+
+
+def compile_program(named: Sequence[tuple[str, sympy.Expr]], tools: tuple[str, ...], inputs: Sequence[str],
+                    backend: str = "numpy") -> Program:
+    """Compile each (name, expression) once; later steps may read earlier names as inputs."""
+    namespace = NUMPY_NAMESPACE if backend == "numpy" else torch_namespace()
+    steps = []
+    for name, expr in named:
+        args = tuple(sorted(s.name for s in expr.free_symbols))
+        syms = [sympy.Symbol(a, real=True) for a in args]
+        fn = sympy.lambdify(syms, expr, modules=[dict(namespace)], printer=_Printer(), docstring_limit=0)
+        steps.append(Step(name, expr, args, fn))
+    return Program(tools, tuple(steps), tuple(sorted(inputs)), backend)
+
+
+def run_program(program: Program, values: Mapping[str, Any], zero: str | None = None,
+                shape: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """Evaluate every step; `values` maps input names to arrays (n, G) or (n, 1).
+
+    `zero` names a term forced to 0 wherever it is used (for explain's contributions). Returns each
+    step's value by name (the reward under the last step's name). Floating-point warnings are off
+    here because the caller checks the final values are finite and reports the rows that are not.
+    """
+    env = dict(values)
+    out: dict[str, Any] = {}
+    with np.errstate(all="ignore"):
+        for step in program.steps:
+            value = step.fn(*(env[a] for a in step.args))
+            if step.name == zero:
+                value = np.zeros(np.shape(value)) if program.backend == "numpy" else value.new_zeros(value.shape)
+            if shape is not None and program.backend == "numpy":
+                value = np.broadcast_to(np.asarray(value, dtype=np.float64), shape)
+            env[step.name] = out[step.name] = value
+    return out

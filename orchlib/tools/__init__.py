@@ -1,0 +1,132 @@
+"""Tool runtime: the backends by kind, `build_tool(card)`, and `Toolbox`, which runs a turn's calls.
+
+    box = Toolbox.load("toolcards")
+    obs = box.call_many_sync([ToolCall(name="calculator", arguments={"expression": "2+2"})])
+
+Every call returns an Observation; nothing raises for an unknown tool, bad arguments, a failing
+backend or a timeout — each is an error Observation with `error_kind` set, so a rollout goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Iterable, Iterator, Sequence
+
+from orchlib.cards import CardError, ToolCard, load_cards
+from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, run_sync, task_text
+from orchlib.tools.function import FunctionTool
+from orchlib.tools.llm import LLMTool
+from orchlib.tools.python import PythonTool
+from orchlib.tools.replay import ReplayTool, replay_lookup
+from orchlib.tools.search import SearchTool
+from orchlib.tools.simulated import SimulatedTool
+from orchlib.trajectory import Observation, ToolCall
+
+__all__ = ["BACKENDS", "build_tool", "Toolbox", "Tool", "ToolContext", "ToolError", "FunctionTool", "PythonTool",
+           "SearchTool", "LLMTool", "ReplayTool", "SimulatedTool", "replay_lookup", "approx_tokens", "task_text",
+           "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_PARALLEL", "CardError"]
+
+# kind -> backend class. Add a backend by writing a Tool subclass and adding it here.
+BACKENDS: dict[str, type[Tool]] = {
+    "function": FunctionTool,
+    "python": PythonTool,
+    "search": SearchTool,
+    "llm": LLMTool,
+    "replay": ReplayTool,
+    "simulated": SimulatedTool,
+}
+
+# A turn waits for its slowest call; 60 s bounds a hung tool while letting a real API model answer
+# (ToolOrchestra's tools declare 8-96 s average latencies, those over 60 s are reasoning models).
+DEFAULT_TIMEOUT_S = 60.0
+# Calls in one turn run at once up to this many; more wait for a free slot.
+DEFAULT_MAX_PARALLEL = 16
+
+
+def build_tool(card: ToolCard) -> Tool:
+    """The runnable tool of a card. Bad backend settings or an import that fails raise CardError
+    naming the card's file, line and field (e.g. `backend.callable: cannot import pkg.mod:fn: ...`)."""
+    backend = BACKENDS.get(card.kind)
+    if backend is None:  # only reachable when BACKENDS was edited: Kind lists the kinds cards may have
+        raise card.error(("kind",), f"no backend for kind {card.kind!r} (have {sorted(BACKENDS)})")
+    return backend(card)
+
+
+class Toolbox:
+    """The tools of an episode, by name."""
+
+    def __init__(self, tools: Iterable[Tool]):
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise tool.card.error(("name",), f"two tools named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    @classmethod
+    def from_cards(cls, cards: Iterable[ToolCard]) -> Toolbox:
+        return cls(build_tool(c) for c in cards)
+
+    @classmethod
+    def load(cls, path_or_folder: str | os.PathLike | Iterable[str | os.PathLike]) -> Toolbox:
+        """Tools of a card file or folder (top level only: toolcards/examples/ is not loaded)."""
+        return cls.from_cards(load_cards(path_or_folder))
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    @property
+    def cards(self) -> list[ToolCard]:
+        return [t.card for t in self._tools.values()]
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"Toolbox({', '.join(self._tools)})"
+
+    def select(self, names: Iterable[str]) -> Toolbox:
+        """A toolbox with only these tools (a task may offer a subset); unknown names raise KeyError."""
+        return Toolbox(self._tools[n] for n in names)
+
+    def schemas(self, with_costs: bool = False) -> list[dict]:
+        """OpenAI-format tool list for the chat template (`tools=`)."""
+        return [t.card.to_openai(with_costs) for t in self._tools.values()]
+
+    async def call(self, call: ToolCall, context: ToolContext | None = None, *,
+                   timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Observation:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self._tools) or "none"
+            return Observation(content=f"error: unknown tool {call.name!r} (available: {known})",
+                               error=f"unknown tool {call.name!r}; available: {known}", error_kind="unknown_tool")
+        return await tool(call.arguments, context, timeout_s=timeout_s)
+
+    async def call_many(self, calls: Sequence[ToolCall], context: ToolContext | None = None, *,
+                        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+                        max_parallel: int = DEFAULT_MAX_PARALLEL) -> list[Observation]:
+        """Run one turn's calls concurrently, at most `max_parallel` at once, each under its own
+        `timeout_s` (counted from when it starts). Observations come back in the order of `calls`."""
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be at least 1, got {max_parallel}")
+        gate = asyncio.Semaphore(max_parallel)
+
+        async def one(call: ToolCall) -> Observation:
+            async with gate:
+                return await self.call(call, context, timeout_s=timeout_s)
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    def call_many_sync(self, calls: Sequence[ToolCall], context: ToolContext | None = None, **kw) -> list[Observation]:
+        """`call_many` from sync code, inside or outside a running event loop (Jupyter has one)."""
+        return run_sync(self.call_many(calls, context, **kw))

@@ -1,0 +1,121 @@
+"""`function` tools: a Python callable named by import path (`backend: {callable: pkg.module:fn}`).
+
+Async functions are awaited; sync ones run in a thread pool so a slow function does not block the
+other calls of a turn. A running thread cannot be stopped: after a timeout its result is dropped but
+the thread runs to its end. A parameter named `env` receives `context.env` (the episode's stateful
+environment) and is not part of the schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import importlib
+import inspect
+import json
+import threading
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchlib.cards import ToolCard
+from orchlib.tools.base import Tool, ToolContext
+from orchlib.trajectory import Observation
+
+__all__ = ["FunctionSettings", "FunctionTool", "import_callable"]
+
+# Tool functions mostly wait (I/O, sleeps, small computations), so more threads than cores is right;
+# asyncio's default pool (min(32, cpus + 4)) would serialise 16 concurrent calls on a 2-core laptop.
+MAX_THREADS = 32
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="orchlib-tool")
+        return _pool
+
+
+class FunctionSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    callable: str = Field(pattern=r"^[\w.]+:[\w.]+$", description="import path 'pkg.module:function'")
+
+
+def import_callable(path: str) -> Callable[..., Any]:
+    """`pkg.module:attr.attr` → the object; ImportError/AttributeError say what was missing."""
+    module_name, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{path} is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+class FunctionTool(Tool):
+    kind = "function"
+    Settings = FunctionSettings
+
+    def __init__(self, card: ToolCard, fn: Callable[..., Any] | None = None):
+        super().__init__(card)
+        if fn is None:
+            try:
+                fn = import_callable(self.settings.callable)
+            except Exception as e:  # ImportError, AttributeError, or the module's own error on import
+                raise card.error(("backend", "callable"), f"cannot import {self.settings.callable}: "
+                                                          f"{type(e).__name__}: {e}") from None
+        self.fn = fn
+        signature = inspect.signature(fn)
+        self._takes_env = "env" in signature.parameters
+        self._is_async = inspect.iscoroutinefunction(fn)
+        problem = _signature_mismatch(card.parameters, signature)
+        if problem:
+            raise card.error(("parameters",), f"does not match {self.settings.callable}: {problem}")
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], **card_fields: Any) -> FunctionTool:
+        """A tool straight from a typed, documented function (no YAML): `FunctionTool.from_function(f)`."""
+        return cls(ToolCard.from_function(fn, **card_fields), fn=fn)
+
+    async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
+        kwargs = dict(arguments)
+        if self._takes_env:
+            kwargs["env"] = context.env
+        if self._is_async:
+            result = await self.fn(**kwargs)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(_executor(), functools.partial(self.fn, **kwargs))
+        return Observation(content=to_text(result))
+
+
+def _signature_mismatch(schema: dict[str, Any], signature: inspect.Signature) -> str | None:
+    """Why a card's schema cannot be passed to the function, or None. A hand-written schema and its
+    function must not drift apart: every property must be a parameter, every required parameter
+    a required property."""
+    params = {n: p for n, p in signature.parameters.items() if n != "env"}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return None  # **kwargs takes anything
+    named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    unknown = sorted(set(schema.get("properties", {})) - named)
+    if unknown:
+        return f"properties {unknown} are not parameters of the function"
+    needed = {n for n in named if params[n].default is inspect.Parameter.empty}
+    missing = sorted(needed - set(schema.get("required", [])))
+    if missing:
+        return f"the function requires {missing}; list them in 'required'"
+    return None
+
+
+def to_text(result: Any) -> str:
+    """What the orchestrator reads: strings as they are, other JSON values as JSON, the rest as str()."""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(result)

@@ -1,0 +1,196 @@
+"""`llm` tools: another model as a tool.
+
+Two clients (`backend.client`):
+- `openai`: any OpenAI-compatible chat-completions endpoint over HTTP (OpenAI, vLLM, SGLang, llama.cpp,
+  Ollama...). The API key is read at call time from the environment variable the card names, never
+  from the card. 429 and 5xx answers and dropped connections are retried with exponential backoff
+  (honouring Retry-After); a request that exceeds `timeout_s` is a "timeout" observation and is not
+  retried. Tokens come from the response's `usage` and are priced by the card.
+- `transformers`: a local causal LM (hub id or folder, loaded once per process), greedy unless a
+  temperature is set. Generation runs in a worker thread, which cannot be interrupted: after a timeout
+  the result is dropped but generation runs to `max_tokens`.
+
+With `input: task` the model receives the task and the context gathered so far (ToolOrchestra's
+`answer` / `enhance_reasoning` tools); with `input: arguments` it receives the argument named by
+`backend.argument`, text the orchestrator wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import threading
+import time
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, task_text
+from orchlib.trajectory import Observation
+
+__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "chat_openai", "chat_transformers"]
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class LLMSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    client: Literal["openai", "transformers"] = Field("openai", description="how the model is reached")
+    model: str = Field(description="model name at the endpoint, or a hub id / folder for transformers")
+    base_url: str | None = Field(None, description="openai: e.g. https://api.openai.com/v1")
+    api_key_env: str | None = Field(None, description="openai: environment variable holding the API key")
+    system: str | None = Field(None, description="system message sent before the user's")
+    max_tokens: int | None = Field(None, gt=0, description="output cap; openai: sent as max_tokens "
+                                   "(reasoning models want extra_body.max_completion_tokens instead)")
+    temperature: float | None = Field(None, ge=0, description="None: the server's default (openai), "
+                                      "greedy (transformers)")
+    timeout_s: float = Field(60.0, gt=0, description="openai: per request (connect, read, write)")
+    max_retries: int = Field(3, ge=0, description="openai: retries after a 429/5xx or dropped connection")
+    backoff_s: float = Field(1.0, ge=0, description="openai: first retry waits this, then doubling")
+    max_backoff_s: float = Field(30.0, ge=0, description="openai: cap on one wait, Retry-After included")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="openai: more request fields")
+    argument: str = Field("prompt", description="input: arguments — which argument holds the prompt")
+    device: str | None = Field(None, description="transformers: e.g. 'cpu', 'cuda'")
+
+    @model_validator(mode="after")
+    def _openai_needs_url(self) -> LLMSettings:
+        if self.client == "openai" and not self.base_url:
+            raise ValueError("client openai needs base_url (e.g. https://api.openai.com/v1)")
+        return self
+
+
+class LLMTool(Tool):
+    kind = "llm"
+    Settings = LLMSettings
+
+    def messages(self, arguments: dict[str, Any], context: ToolContext) -> list[dict[str, str]]:
+        """The chat the model is sent."""
+        if self.card.input == "task":
+            text = task_text(context)
+        else:
+            text = arguments.get(self.settings.argument)
+            if not isinstance(text, str):
+                raise ToolError(f"argument {self.settings.argument!r} must hold the prompt as a string")
+        system = [{"role": "system", "content": self.settings.system}] if self.settings.system else []
+        return system + [{"role": "user", "content": text}]
+
+    async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
+        messages = self.messages(arguments, context)
+        if self.settings.client == "openai":
+            text, tokens_in, tokens_out = await chat_openai(self.settings, messages)
+        else:
+            text, tokens_in, tokens_out = await asyncio.to_thread(chat_transformers, self.settings, messages)
+        return Observation(content=text, tokens_in=tokens_in, tokens_out=tokens_out)
+
+
+async def chat_openai(s: LLMSettings, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+    """(text, prompt tokens, completion tokens) from `POST {base_url}/chat/completions`."""
+    headers = {"Content-Type": "application/json"}
+    if s.api_key_env:
+        key = os.environ.get(s.api_key_env)
+        if not key:
+            raise ToolError(f"environment variable {s.api_key_env} (the API key) is not set")
+        headers["Authorization"] = f"Bearer {key}"
+    body: dict[str, Any] = {"model": s.model, "messages": messages}
+    if s.max_tokens is not None:
+        body["max_tokens"] = s.max_tokens
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    body.update(s.extra_body)
+    url = s.base_url.rstrip("/") + "/chat/completions"
+    last = ""
+    # A client per call: calls may come from different event loops (call_many_sync in Jupyter).
+    async with httpx.AsyncClient(timeout=httpx.Timeout(s.timeout_s)) as client:
+        for attempt in range(s.max_retries + 1):
+            try:
+                response = await client.post(url, headers=headers, json=body)
+            except httpx.TimeoutException:
+                raise ToolError(f"{s.model}: no answer from {url} within {s.timeout_s:g} s", kind="timeout") from None
+            except httpx.TransportError as e:  # refused or dropped connection: worth another try
+                last, wait = f"{type(e).__name__}: {e}", _backoff(s, attempt, None)
+            else:
+                if response.status_code == 200:
+                    return _parse_completion(response, s.model, messages)
+                last = f"HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code not in RETRY_STATUSES:
+                    raise ToolError(f"{s.model}: {last}")
+                wait = _backoff(s, attempt, response.headers.get("retry-after"))
+            if attempt < s.max_retries:
+                await asyncio.sleep(wait)
+    raise ToolError(f"{s.model}: gave up after {s.max_retries + 1} attempts; last: {last}")
+
+
+def _backoff(s: LLMSettings, attempt: int, retry_after: str | None) -> float:
+    wait = s.backoff_s * 2**attempt
+    if retry_after:
+        try:
+            wait = max(wait, float(retry_after))
+        except ValueError:
+            try:  # the other form RFC 9110 allows: an HTTP date
+                wait = max(wait, email.utils.parsedate_to_datetime(retry_after).timestamp() - time.time())
+            except (TypeError, ValueError):
+                pass  # an unreadable header: keep the exponential wait
+    return min(wait, s.max_backoff_s)
+
+
+def _parse_completion(response: httpx.Response, model: str, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+    try:
+        data = response.json()
+        text = data["choices"][0]["message"].get("content") or ""
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as e:
+        raise ToolError(f"{model}: unexpected response ({type(e).__name__}): {response.text[:300]}") from None
+    usage = data.get("usage") or {}
+    # Without `usage` (some local servers) the counts are estimated, so the call is still priced.
+    tokens_in = usage.get("prompt_tokens", approx_tokens(" ".join(m["content"] for m in messages)))
+    tokens_out = usage.get("completion_tokens", approx_tokens(text))
+    return text, int(tokens_in), int(tokens_out)
+
+
+_MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _local_model(s: LLMSettings) -> tuple[Any, Any, threading.Lock]:
+    from orchlib.models import PolicyLoadError, load_policy
+
+    key = (s.model, s.device)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            try:
+                model, tok = load_policy(s.model, device=s.device)
+            except PolicyLoadError as e:
+                raise ToolError(str(e)) from None
+            model.eval()
+            _MODELS[key] = (model, tok, threading.Lock())
+        return _MODELS[key]
+
+
+def chat_transformers(s: LLMSettings, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+    """(text, prompt tokens, generated tokens) from a local model; the lock keeps one generation per
+    model at a time (generate is not documented as thread-safe)."""
+    import torch
+
+    model, tok, lock = _local_model(s)
+    if tok.chat_template:
+        enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    else:  # a base model: plain text turns
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+        enc = tok(text, return_tensors="pt")
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    kwargs: dict[str, Any] = {"max_new_tokens": s.max_tokens or 256, "pad_token_id": tok.pad_token_id}
+    if s.temperature:
+        kwargs.update(do_sample=True, temperature=s.temperature)
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    with lock, torch.no_grad():
+        out = model.generate(**enc, **kwargs)
+    prompt_len = enc["input_ids"].shape[1]
+    new = out[0, prompt_len:].tolist()
+    eos = model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+    # Count up to and including the first end-of-sequence id: what was generated, not padding.
+    end = next((i + 1 for i, t in enumerate(new) if t in eos_ids), len(new))
+    return tok.decode(new[:end], skip_special_tokens=True), int(prompt_len), end

@@ -1,0 +1,248 @@
+"""`python` tools: a code interpreter in a separate, limited process.
+
+Each call runs `python -I -B` (isolated: no user site, no PYTHON* variables) in a new session, in a
+fresh temporary working directory that is deleted afterwards, with an environment that holds only
+PATH, HOME, TMPDIR, LANG and thread-count settings (plus names the card lists in `pass_env`), so API
+keys in the host's environment are not there. The child (`_sandbox_child.py`) sets resource limits
+(CPU seconds, address space, file size, open files, processes), preloads the modules the card lists,
+drops to an unprivileged uid when the host runs as root, installs an audit hook, then runs the code.
+The host keeps only the first `max_output_chars` of the output, stops the program when it prints more
+than `max_stream_bytes`, and kills the whole process group on a wall-clock timeout and after every run.
+
+What each limit rests on, honestly:
+- timeout, CPU, memory, file size, open files: the kernel (SIGKILL of the process group, rlimits).
+- fork bombs: the audit hook refuses process creation; under it RLIMIT_NPROC bounds the processes
+  the sandbox uid may own. The kernel ignores RLIMIT_NPROC for root, hence the drop to `uid` (65534,
+  "nobody", by default) when the host is root. The count is per uid, shared by concurrent sandboxes.
+- reading secrets: the environment is rebuilt from scratch; after the uid drop the host's
+  /proc/<pid>/environ and root-only files are unreadable by the kernel's permission checks.
+- writing outside the working directory: after the uid drop the kernel refuses root-owned files;
+  world-writable places such as /tmp are refused only by the audit hook.
+- network: refused by the audit hook only.
+Audit hooks (PEP 578) are a guard rail, not a jail: native code can go around them, which is why
+ctypes is refused too, but a determined attacker with a native extension is not stopped. Run code you
+do not trust inside a container or VM as well. Without root, no uid drop happens: the rlimits and the
+audit hook still apply, RLIMIT_NPROC then counts all of the user's processes (set above today's count).
+After the uid drop only preloaded modules and world-readable files can be imported, so list what the
+code may need in `preload` when Python is installed under a private folder (e.g. pyenv in /root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchlib.tools.base import Tool, ToolContext, ToolError
+from orchlib.trajectory import Observation
+
+__all__ = ["PythonSettings", "PythonTool", "DEFAULT_PRELOAD"]
+
+CHILD_SOURCE = (Path(__file__).parent / "_sandbox_child.py").read_text(encoding="utf-8")
+DEFAULT_PRELOAD = ["math", "cmath", "decimal", "fractions", "statistics", "random", "itertools", "functools",
+                   "collections", "heapq", "bisect", "re", "json", "string", "datetime", "time", "textwrap",
+                   "operator", "dataclasses", "typing", "copy", "numbers", "array", "csv", "io", "unicodedata",
+                   "numpy"]  # numpy is an orchlib dependency; about 0.05 s per run
+
+
+class PythonSettings(BaseModel):
+    """Limits of one run. Defaults fit a short calculation on a laptop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    timeout_s: float = Field(10.0, gt=0, description="wall clock; then the process group is killed")
+    cpu_s: int = Field(10, gt=0, description="RLIMIT_CPU seconds")
+    memory_mb: int = Field(1024, gt=0, description="RLIMIT_AS: address space, MiB")
+    file_mb: int = Field(16, ge=0, description="RLIMIT_FSIZE: largest file it may write, MiB")
+    open_files: int = Field(64, gt=8, description="RLIMIT_NOFILE")
+    max_processes: int = Field(16, gt=0, description="RLIMIT_NPROC for the sandbox uid (threads count too)")
+    max_output_chars: int = Field(8000, gt=0, description="output shown to the orchestrator; the rest is cut")
+    max_stream_bytes: int = Field(1_000_000, gt=0, description="printing more than this stops the program")
+    uid: int | None = Field(65534, description="uid (and gid) to run as when the host is root; None: no drop")
+    allow_processes: bool = Field(False, description="let the code start processes (RLIMIT_NPROC still holds)")
+    allow_network: bool = Field(False, description="let the code open sockets")
+    pass_env: list[str] = Field(default_factory=list, description="host variables to pass on, by name")
+    preload: list[str] = Field(default_factory=lambda: list(DEFAULT_PRELOAD),
+                               description="modules imported before privileges are dropped")
+    python: str | None = Field(None, description="interpreter; default: the one running orchlib")
+    argument: str = Field("code", description="which argument holds the code")
+
+
+class PythonTool(Tool):
+    kind = "python"
+    Settings = PythonSettings
+
+    async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
+        code = arguments.get(self.settings.argument)
+        if not isinstance(code, str):
+            raise ToolError(f"argument {self.settings.argument!r} must hold the code as a string")
+        return await run_code(code, self.settings)
+
+
+async def run_code(code: str, s: PythonSettings) -> Observation:
+    """Run `code` under the limits of `s`; the Observation's error says which limit ended it."""
+    as_root = os.geteuid() == 0 and s.uid is not None
+    workdir = tempfile.mkdtemp(prefix="orchlib-sandbox-")
+    try:
+        if as_root:
+            os.chown(workdir, s.uid, s.uid)
+        config = {
+            "cpu_s": s.cpu_s, "memory_bytes": s.memory_mb * 2**20, "file_bytes": s.file_mb * 2**20,
+            "open_files": s.open_files, "nproc": _nproc(s, as_root), "preload": s.preload,
+            "uid": s.uid if as_root else None, "gid": s.uid if as_root else None, "workdir": workdir,
+            "allow_processes": s.allow_processes, "allow_network": s.allow_network,
+        }
+        return await _supervise(code, s, config, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # root may always remove what the sandbox uid wrote
+
+
+def _environment(workdir: str, s: PythonSettings) -> dict[str, str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+           "PYTHONIOENCODING": "utf-8",
+           # One BLAS/OpenMP thread: threads count against RLIMIT_NPROC and RLIMIT_AS.
+           "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.update({k: os.environ[k] for k in s.pass_env if k in os.environ})
+    return env
+
+
+def _nproc(s: PythonSettings, as_root: bool) -> int:
+    if as_root:
+        return s.max_processes
+    # Without the uid drop the limit counts every process of this user: leave room above today's count.
+    uid, mine = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                mine += entry.stat().st_uid == uid
+            except OSError:  # the process ended while we looked
+                continue
+    return mine + s.max_processes
+
+
+async def _supervise(code: str, s: PythonSettings, config: dict[str, Any], workdir: str) -> Observation:
+    proc = await asyncio.create_subprocess_exec(
+        s.python or sys.executable, "-I", "-B", "-c", CHILD_SOURCE, json.dumps(config),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=workdir, env=_environment(workdir, s), start_new_session=True)
+    out, err = _Capture(s), _Capture(s)
+    out.sibling, err.sibling = err, out  # the output limit counts both streams together
+    readers = [asyncio.ensure_future(out.read(proc.stdout, proc)), asyncio.ensure_future(err.read(proc.stderr, proc))]
+    timed_out = False
+    try:
+        proc.stdin.write(code.encode("utf-8"))
+        try:
+            await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the child died before reading all of its code; its exit status tells why
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), s.timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+    finally:
+        _kill_group(proc)  # also ends children the program left behind
+        await proc.wait()
+        await _group_gone(proc.pid)
+        # Readers end at EOF once every holder of the pipes is dead; a process that left the group
+        # (setsid) could hold them open, so do not wait on it for long.
+        _, pending = await asyncio.wait(readers, timeout=2.0)
+        for task in pending:
+            task.cancel()
+    status = proc.returncode
+    output = _join(out.text(), err.text(), s.max_output_chars, out.total + err.total)
+    error = None
+    if timed_out:
+        return Observation(content=_with_error(output, f"wall-clock limit of {s.timeout_s:g} s reached; "
+                                               "the process group was killed"),
+                           error=f"python: wall-clock limit of {s.timeout_s:g} s reached", error_kind="timeout")
+    if out.overflow or err.overflow:
+        error = (f"output exceeded {s.max_stream_bytes:,} bytes; the program was stopped "
+                 f"(print less, or write to a file)")
+    elif status in (-signal.SIGXCPU, -signal.SIGKILL):
+        error = f"CPU time limit of {s.cpu_s} s exceeded"
+    elif status == 3:
+        error = err.text().strip().splitlines()[-1] if err.text().strip() else "sandbox set-up failed"
+    elif status and status < 0:
+        error = f"killed by signal {signal.Signals(-status).name}"
+    elif status:
+        error = _last_line(err.text()) or f"exit status {status}"
+        if "MemoryError" in error.split(":")[0]:
+            error += f" (memory limit {s.memory_mb} MiB)"
+        elif "No module named" in error and config["uid"] is not None and _private_python():
+            error += (" (after the uid drop only preloaded modules can be imported from this Python install: "
+                      "add the module to the card's backend.preload)")
+    if error:
+        return Observation(content=_with_error(output, error), error=error, error_kind="tool_failure")
+    return Observation(content=output or "(no output)")
+
+
+def _private_python() -> bool:
+    """True when the standard library sits behind a folder others cannot enter (e.g. pyenv in /root)."""
+    folder = Path(os.__file__).resolve().parent
+    return any(not p.stat().st_mode & 0o001 for p in [folder, *folder.parents])
+
+
+class _Capture:
+    """Keeps the head of a stream, counts the rest, and stops the program past max_stream_bytes."""
+
+    def __init__(self, s: PythonSettings):
+        self.keep = s.max_output_chars * 4  # bytes enough for max_output_chars of UTF-8
+        self.limit = s.max_stream_bytes
+        self.head = bytearray()
+        self.total = 0
+        self.overflow = False
+        self.sibling: _Capture | None = None
+
+    async def read(self, stream: asyncio.StreamReader, proc: asyncio.subprocess.Process) -> None:
+        while chunk := await stream.read(65536):
+            self.total += len(chunk)
+            if len(self.head) < self.keep:
+                self.head += chunk[: self.keep - len(self.head)]
+            if self.total + (self.sibling.total if self.sibling else 0) > self.limit and not self.overflow:
+                self.overflow = True
+                _kill_group(proc)
+
+    def text(self) -> str:
+        return self.head.decode("utf-8", errors="replace")
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group id is the child's pid
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone (PermissionError: macOS reports a reaped group this way)
+
+
+async def _group_gone(pgid: int, patience_s: float = 2.0) -> None:
+    """Wait until every process of the group has been reaped: killed children linger a moment as
+    zombies of init, and they still count against RLIMIT_NPROC for the next sandbox."""
+    for _ in range(int(patience_s / 0.01)):
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        await asyncio.sleep(0.01)
+
+
+def _join(stdout: str, stderr: str, limit: int, total_bytes: int) -> str:
+    text = stdout + (("\n" if stdout and not stdout.endswith("\n") else "") + stderr if stderr else "")
+    if len(text) > limit or total_bytes > len(text.encode("utf-8")):
+        return text[:limit] + f"\n… [output truncated: {total_bytes:,} bytes in all, first {limit:,} characters shown]"
+    return text.rstrip("\n")
+
+
+def _with_error(output: str, error: str) -> str:
+    return (output + "\n" if output else "") + f"error: {error}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""

@@ -1,0 +1,164 @@
+"""The whitelist parser: what each construct becomes in sympy, and what is refused, where and why."""
+
+import pytest
+import sympy
+
+from orchlib.reward import RewardSyntaxError, parse
+from orchlib.reward.names import symbol
+from orchlib.reward.parse import GROUP_FUNCTIONS, ToolSum
+
+cost, latency, outcome = symbol("cost"), symbol("latency"), symbol("outcome")
+
+
+def expr(text, **kw):
+    return parse(text, **kw).expr
+
+
+def test_arithmetic_and_functions():
+    assert expr("outcome - 0.5 * cost") == outcome - sympy.Float(0.5) * cost
+    assert expr("cost ** 2 / latency") == cost**2 / latency
+    assert expr("clip(cost, 0, 1)") == sympy.Min(sympy.Max(cost, 0), 1)
+    assert expr("min(cost, latency, 3)") == sympy.Min(cost, latency, 3)
+    assert expr("max(cost, latency)") == sympy.Max(cost, latency)
+    assert expr("exp(-cost) + log(latency) + abs(cost)") == sympy.exp(-cost) + sympy.log(latency) + sympy.Abs(cost)
+
+
+def test_conditions():
+    assert expr("where(outcome >= 1, cost, 0)") == sympy.Piecewise((cost, outcome >= 1), (0, True))
+    chained = expr("where(0 < cost <= 1, 1, 2)")
+    assert chained == sympy.Piecewise((1, sympy.And(cost > 0, cost <= 1)), (2, True))
+    # A condition used as a number is 1/0 and a number used as a condition is "non-zero", as in Python.
+    assert expr("2 * (cost > 1)") == 2 * sympy.Piecewise((1, cost > 1), (0, True))
+    assert expr("where(outcome, 1, 0)") == sympy.Piecewise((1, sympy.Ne(outcome, 0)), (0, True))
+    assert expr("where(not (cost > 1) and latency < 2 or outcome == 1, 1, 0)") == sympy.Piecewise(
+        (1, sympy.Or(sympy.And(cost <= 1, latency < 2), sympy.Eq(outcome, 1))), (0, True))
+
+
+def test_constants_fold():
+    assert expr("2 ** 10") == 1024
+    assert expr("True + 1") == 2
+    assert float(expr("exp(0)")) == 1.0
+    assert expr("log(exp(2))") == pytest.approx(2.0)
+
+
+def test_preference_and_calls():
+    p = parse("P.cost * cost + P.budget + P.tools['gpt-5'] * calls['gpt-5']")
+    assert p.symbols == {"P.cost", "cost", "P.budget", "P.tools[gpt-5]", "calls[gpt-5]"}
+
+
+def test_tool_sum_generic_and_expanded():
+    text = "sum(P.tools[t] * minmax(calls[t]) for t in tools)"
+    generic = parse(text)
+    assert isinstance(generic.expr, ToolSum)
+    assert generic.has_tool_sum and generic.symbols == {"P.tools[t]", "calls[t]"}
+    mm = GROUP_FUNCTIONS["minmax"]
+    expanded = expr(text, tools=("a", "b"))
+    assert expanded == (symbol("P.tools[a]") * mm(symbol("calls[a]")) + symbol("P.tools[b]") * mm(symbol("calls[b]")))
+    assert expr(text, tools=()) == 0
+
+
+def test_group_operators_of_per_group_values_fold():
+    # P is the same for every rollout of a group: normalising it gives 0, its mean is itself.
+    assert expr("minmax(P.cost) + zscore(3) + rank(P.latency)") == 0
+    assert expr("mean(P.cost + 1)") == symbol("P.cost") + 1
+    assert expr("minmax(cost)") == GROUP_FUNCTIONS["minmax"](cost)
+
+
+def test_terms_are_names():
+    assert expr("a + cost", terms=["a"]) == symbol("a") + cost
+    assert parse("a * 2", terms=["a", "b"]).terms == {"a"}
+
+
+def test_multiline_text_positions_refer_to_the_original():
+    with pytest.raises(RewardSyntaxError) as e:
+        parse("outcome +\n  P.__class__")
+    assert e.value.position == (2, 3)
+    assert "names starting with _" in str(e.value) and "at 2:3" in str(e.value)
+
+
+def test_position_counts_characters_not_bytes():
+    with pytest.raises(RewardSyntaxError) as e:
+        parse("P.é + x.y")
+    assert e.value.position == (1, 7)
+
+
+REFUSED = [
+    ("__import__('os').system('ls')", "only these functions can be called", (1, 1)),
+    ("open('x')", "calling `open` is not allowed", (1, 1)),
+    ("eval('1')", "calling `eval` is not allowed", (1, 1)),
+    ("x.__class__", "attribute access is allowed only on P (got `x.__class__`)", (1, 1)),
+    ("cost + outcome.__class__", "attribute access is allowed only on P", (1, 8)),
+    ("P.__dict__", "names starting with _ are not allowed", (1, 1)),
+    ("P.tools.__class__", "names starting with _", (1, 1)),
+    ("().__class__.__bases__[0]", "indexing is allowed only on calls", (1, 1)),
+    ("lambda: 1", "a lambda is not allowed", (1, 1)),
+    ("[x for x in tools]", "a list comprehension is not allowed", (1, 1)),
+    ("sum(x for x in range(3))", "comprehensions may iterate only over tools", (1, 16)),
+    ("sum(calls[t] for t in tools if t)", "`if` in a comprehension", (1, 31)),
+    ("sum(calls[t] for t in tools for u in tools)", "exactly one `for`", (1, 5)),
+    ("sum(cost, 1)", "sum() takes 1 arguments", (1, 1)),
+    ("sum(cost)", "sum takes one generator", (1, 1)),
+    ("min(calls[t] for t in tools)", "min() takes 2 to 64 arguments", (1, 1)),
+    ("(x := 1)", "assignment expression", (1, 2)),
+    ("f'{cost}'", "f-string", (1, 1)),
+    ("cost if outcome else 0", "where(c, a, b)", (1, 1)),
+    ("cost // 2", "operator `//` is not allowed", (1, 1)),
+    ("cost % 2", "operator `%` is not allowed", (1, 1)),
+    ("~cost", "`~` is not allowed", (1, 1)),
+    ("cost in tools", "comparison `in` is not allowed", (1, 1)),
+    ("cost is None", "comparison `is` is not allowed", (1, 1)),
+    ("'abc'", "a string is allowed only as a tool name", (1, 1)),
+    ("None", "only numbers", (1, 1)),
+    ("1j", "only numbers", (1, 1)),
+    ("foo + 1", "unknown name `foo`", (1, 1)),
+    ("P", "P needs a field", (1, 1)),
+    ("P.name", "P.name is not a number", (1, 1)),
+    ("P.tools", "P.tools needs a tool", (1, 1)),
+    ("calls", "calls needs a tool", (1, 1)),
+    ("calls[0]", "a tool index must be", (1, 7)),
+    ("calls[t]", "a tool index must be", (1, 7)),
+    ("sum(t for t in tools)", "loop variable `t` can only index", (1, 5)),
+    ("sum(calls[cost] for cost in tools)", "cannot be a loop variable", (1, 24)),
+    ("exp", "is a function: call it", (1, 1)),
+    ("exp(cost, 2)", "exp() takes 1 arguments", (1, 1)),
+    ("where(cost > 1, x=1)", "keyword arguments", (1, 1)),
+    ("max(*tools)", "unpacking with *", (1, 5)),
+    ("1/0", "division by zero", (1, 1)),
+    ("cost / (1 - 1)", "division by zero", (1, 1)),
+    ("log(0)", "log of a non-positive constant", (1, 1)),
+    ("(-8) ** 0.5", "is not real", (1, 1)),
+    ("2 ** 10 ** 10", "out of range", (1, 1)),
+    ("10 ** 400", "out of range", (1, 1)),
+    ("exp(1000)", "too large", (1, 1)),
+    ("1e999", "not a finite number", (1, 1)),
+    ("cost ** 5000", "exponent", (1, 1)),
+    ("outcome # - cost", "comments (#)", (1, 9)),
+    ("cost +", "invalid syntax", (1, 7)),
+    ("", "empty", (1, 1)),
+    ("outcome\0", "invalid syntax", (1, 8)),
+]
+
+
+@pytest.mark.parametrize("text,message,position", REFUSED)
+def test_refused(text, message, position):
+    with pytest.raises(RewardSyntaxError) as e:
+        parse(text)
+    assert message in str(e.value)
+    assert e.value.position == position
+    assert f"at {position[0]}:{position[1]}" in str(e.value)
+
+
+def test_guards_on_size():
+    with pytest.raises(RewardSyntaxError, match="longer than"):
+        parse("cost + " * 1000 + "1")
+    with pytest.raises(RewardSyntaxError, match="nested deeper"):
+        parse("exp(" * 60 + "cost" + ")" * 60)
+    with pytest.raises(RewardSyntaxError):
+        parse("(" * 300 + "cost" + ")" * 300)
+    with pytest.raises(RewardSyntaxError):
+        parse("-" * 3999 + "1")
+
+
+def test_non_string_is_refused():
+    with pytest.raises(RewardSyntaxError, match="must be a string"):
+        parse(3)
