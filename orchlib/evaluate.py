@@ -1,8 +1,9 @@
 """Evaluation: run a policy over tasks and report what it got right, what it spent, where its calls went.
 
 A policy is anything that produces trajectories through `orchlib.rollout.rollout`: a trained
-orchestrator (an Engine) or a fixed-routing baseline (`orchlib.baselines`, also an Engine), so both
-go through the same loop and the same accounting of money (USD) and time (s).
+orchestrator (an Engine) or a fixed-routing baseline (`make_baselines`: always-strongest,
+always-cheapest, random and the per-task oracle, from `orchlib.baselines`; also Engines), so both go
+through the same loop and the same accounting of money (USD) and time (s).
 
 Reported per task set, per category and per preference profile: accuracy (mean outcome), mean cost,
 mean latency, calls per tool (mean per task and share of all calls), errors (by kind and by tool) and,
@@ -26,20 +27,24 @@ import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from orchlib.baselines import BASELINES, make_baselines, try_routes
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Preference, Task
 from orchlib.trajectory import Trajectory, write_jsonl
 
-__all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metrics", "compare",
-           "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table"]
+__all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metrics", "compare", "reward_across",
+           "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
+           "BASELINES", "make_baselines", "try_routes"]
 
 # Evaluation gives more room than the training default (48 new ids, 4 turns): a shop write call is
-# ~55 ids of the default tokenizer, and a two-step shop task needs three turns before its answer.
-EVAL_ROLLOUT = RolloutConfig(max_turns=5, max_new_tokens=128, max_total_tokens=4096)
+# ~55 ids of the default tokenizer, and a two-step shop task needs three turns before its answer. The
+# tool timeout is the toolbox's 60 s: the simulated generalist declares 30 s ± 30 %, so a 30 s limit
+# would turn about half of its answers into timeouts.
+EVAL_ROLLOUT = RolloutConfig(max_turns=5, max_new_tokens=128, max_total_tokens=4096, tool_timeout_s=60.0)
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -184,17 +189,24 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def compare(reports: Mapping[str, EvalReport] | Sequence[EvalReport]) -> str:
-    """One row per policy: the overall numbers, then accuracy per category."""
+def compare(reports: Mapping[str, EvalReport] | Sequence[EvalReport],
+            extra: Mapping[str, Mapping[str, float]] | None = None) -> str:
+    """One row per policy: the overall numbers, accuracy per category, then `extra` columns
+    (column name → policy → value, e.g. `{"reward across": reward_across(...)}`)."""
     items = list(reports.items()) if isinstance(reports, Mapping) else [(r.name, r) for r in reports]
     cats = sorted({c for _, r in items for c in r.metrics["by_category"]})
-    header = ["policy", *_HEADER[1:-1], *[f"acc {c}" for c in cats], _HEADER[-1]]
+    extra = dict(extra or {})
+    keep = [i for i, h in enumerate(_HEADER)  # no reward column when no policy was given a reward
+            if h != "reward" or any(r.metrics["overall"]["reward"] is not None for _, r in items)]
+    header = ["policy", *[_HEADER[i] for i in keep[1:-1]], *[f"acc {c}" for c in cats], *extra, _HEADER[-1]]
     rows = []
     for name, r in items:
-        base = _row(name, r.metrics["overall"])
+        full = _row(name, r.metrics["overall"])
+        base = [full[i] for i in keep]
         per = [f"{r.metrics['by_category'][c]['accuracy']:.2f}" if c in r.metrics["by_category"] else "-"
                for c in cats]
-        rows.append(base[:-1] + per + base[-1:])
+        more = [f"{col[name]:.3f}" if name in col else "-" for col in extra.values()]
+        rows.append(base[:-1] + per + more + base[-1:])
     return format_table(header, rows)
 
 
@@ -212,6 +224,26 @@ def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: Rollou
     rewards = _group_rewards(trajectories, tasks, group_size, reward) if reward is not None else None
     label = name or getattr(policy, "name", None) or type(policy).__name__
     return EvalReport(label, compute_metrics(trajectories, rewards), trajectories, rewards)
+
+
+def reward_across(reports: Mapping[str, EvalReport], reward) -> dict[str, float]:
+    """Mean reward of each policy when every task's group is *the policies' trajectories of that task*.
+
+    A group-normalised reward (ToolOrchestra's min-max over rollouts) is 0 for a group of one, so a
+    single deterministic run per task cannot be scored alone; grouped across policies, a policy earns
+    more where it was right more cheaply, faster, or with the tools P favours, than the others.
+    The reports must cover the same tasks in the same order, one trajectory per task."""
+    names = list(reports)
+    runs = [reports[n].trajectories for n in names]
+    ids = [t.task_id for t in runs[0]]
+    if any([t.task_id for t in r] != ids for r in runs[1:]):
+        raise ValueError("reward_across needs reports over the same tasks in the same order, one run each")
+    totals = np.zeros(len(names))
+    for i in range(len(ids)):
+        group = [r[i] for r in runs]
+        P = Preference.model_validate(group[0].preference) if group[0].preference else None
+        totals += np.asarray(reward(group, P=P), dtype=float)
+    return {n: float(v / max(len(ids), 1)) for n, v in zip(names, totals)}
 
 
 def preference_adherence(engine, tasks: Sequence[Task], toolbox, profiles: Sequence[str | Preference] =

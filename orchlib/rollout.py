@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections import Counter
-from typing import Any, Coroutine, Sequence, TypeVar
+from typing import Any, Coroutine, Literal, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,7 +27,7 @@ from orchlib.engines.base import Engine, SamplingParams
 from orchlib.tasks import Preference, Task
 from orchlib.trajectory import Observation, Trajectory, Turn
 
-__all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync"]
+__all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -52,10 +52,19 @@ class RolloutConfig(BaseModel):
     policy_seconds_per_token: float = Field(0.02, ge=0, description="declared generation time per sampled id "
                                                                     "(~50 tok/s, a served 8B model)")
     measure_policy_latency: bool = Field(False, description="use measured batch wall time instead")
-    tool_timeout_s: float = Field(30.0, gt=0, description="per call; a timeout becomes an error observation")
+    tool_timeout_s: float = Field(120.0, gt=0, description="per call; a timeout becomes an error observation. "
+                                                         "Above the slowest declared model tool (96 s in the release)")
     max_parallel: int = Field(16, ge=1, description="cap on concurrent tool calls per trajectory turn")
     max_observation_chars: int = Field(1500, ge=16, description="longer tool output is cut before the policy "
                                                                 "reads it (the tool's cost is unchanged)")
+    tool_latency: Literal["measured", "declared"] = Field(
+        "measured", description="real tools report their measured wall time; 'declared' reports the card's "
+                                "declared latency instead, so training runs (rewards with a latency term) are "
+                                "reproducible to the bit")
+    tool_schema: Literal["full", "compact"] = Field(
+        "full", description="how tools are listed in the system turn: 'full' OpenAI schemas with descriptions "
+                            "(real models read them), or 'compact' names and argument names only, which keeps a "
+                            "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward)")
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -81,12 +90,16 @@ def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _tool_schemas(toolbox, task: Task) -> list[dict]:
+def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
+    """The tools a task offers, as listed to the policy (see RolloutConfig.tool_schema)."""
     schemas = toolbox.schemas()
-    if task.tools is None:
-        return schemas
-    allowed = set(task.tools)
-    return [s for s in schemas if s["function"]["name"] in allowed]
+    if task.tools is not None:
+        allowed = set(task.tools)
+        schemas = [s for s in schemas if s["function"]["name"] in allowed]
+    if style == "compact":
+        return [{"name": s["function"]["name"],
+                 "arguments": list(s["function"].get("parameters", {}).get("properties", {}))} for s in schemas]
+    return schemas
 
 
 class _Episode:
@@ -115,7 +128,7 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
         eos = tok.eos_token_id
     episodes: list[_Episode] = []
     for task in tasks:
-        schemas = _tool_schemas(toolbox, task)
+        schemas = tool_schemas(toolbox, task, config.tool_schema)
         prompt = render_prompt(task, schemas, tok, config)
         ids = _encode(tok, prompt)
         episodes += [_Episode(task, g, ids, schemas) for g in range(group_size)]
@@ -201,13 +214,25 @@ def _run_tools(pending, toolbox, config: RolloutConfig) -> None:
         return await asyncio.gather(*(one(ep, turn, calls) for ep, turn, calls in pending))
 
     results = run_sync(all_()) if pending else []
-    for (ep, turn, calls), obs in zip(pending, results):
+    if config.tool_latency == "declared":
+        results = [[_declared(o, toolbox, ep) for o in obs] for (ep, _, _), obs in zip(pending, results)]
+    for (ep, turn, _), obs in zip(pending, results):
         for o in obs:
             if o.error_kind:
                 ep.errors[o.error_kind] += 1
         turn.observations += obs
         turn.cost_usd += sum(o.cost_usd for o in turn.observations)
         turn.latency_s = turn.gen_latency_s + max((o.latency_s for o in turn.observations), default=0.0)
+
+
+def _declared(obs: Observation, toolbox, ep: _Episode) -> Observation:
+    """The observation as if the tool took its card's declared latency (price per second follows)."""
+    if obs.tool not in toolbox or not toolbox[obs.tool].measured:
+        return obs
+    card = toolbox[obs.tool].card
+    seconds = card.latency.sample(ep.traj.group_index, card.name, ep.task.id)
+    cost = obs.cost_usd + card.price.per_second * (seconds - obs.latency_s)
+    return obs.model_copy(update={"latency_s": seconds, "cost_usd": max(cost, 0.0)})
 
 
 def _finish(ep: _Episode, reason: str) -> None:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.trajectory import ToolCall
 
-__all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer", "extract_number",
+__all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer", "extract_number", "mentions",
            "load_tasks", "save_tasks", "TaskFileError"]
 
 
@@ -115,6 +115,18 @@ def _contains(answer: str | None, task: Task, env: Any = None) -> float:
     return float(answer is not None and task.answer is not None and task.answer.lower() in answer.lower())
 
 
+def mentions(text: str, phrase: str) -> bool:
+    """`phrase` occurs in `text` as whole tokens, case-insensitively: "8" is in "8 in stock" but not in
+    "18" or "$14.80"; "paris" is in "It is Paris." but "h" is not in "The answer is He"."""
+    pattern = r"(?<![\w.])" + re.escape(phrase.strip().lower()) + r"(?!\w|\.\d)"
+    return re.search(pattern, text.lower()) is not None
+
+
+def _mentions(answer: str | None, task: Task, env: Any = None) -> float:
+    """The reference answer appears in the answer as whole tokens (a stricter `contains`)."""
+    return float(answer is not None and task.answer is not None and mentions(answer, task.answer))
+
+
 def _numeric(answer: str | None, task: Task, env: Any = None) -> float:
     """Equal within a relative tolerance of 1e-6 (or task.meta['tolerance'])."""
     got, want = extract_number(answer), extract_number(task.answer)
@@ -142,7 +154,7 @@ def _sympy(answer: str | None, task: Task, env: Any = None) -> float:
 
 
 CHECKERS: dict[str, Callable[..., float]] = {
-    "exact": _exact, "contains": _contains, "numeric": _numeric, "sympy": _sympy,
+    "exact": _exact, "contains": _contains, "mentions": _mentions, "numeric": _numeric, "sympy": _sympy,
 }
 
 

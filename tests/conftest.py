@@ -25,3 +25,26 @@ def tiny_policy(policy_cache):
     from orchlib.models import build_default_policy
 
     return build_default_policy("tiny", cache=policy_cache)
+
+
+TOY_ROLLOUT = dict(max_turns=2, max_new_tokens=24, tool_schema="compact", tool_latency="declared")
+
+
+@pytest.fixture(scope="session")
+def toy_warm(policy_cache, tmp_path_factory):
+    """The tiny policy warm-started (SFT) on the toy environment, saved to a folder.
+
+    Returns (folder, golden trajectories, SFT report)."""
+    from orchlib.envs.toy import toy_tasks, toy_toolbox
+    from orchlib.models import build_default_policy, load_policy
+    from orchlib.rollout import RolloutConfig
+    from orchlib.train import SFTConfig, golden_trajectories, sft_train
+
+    build_default_policy("tiny", cache=policy_cache)
+    model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))  # a private copy
+    gold = golden_trajectories(toy_tasks(), toy_toolbox(), tok, RolloutConfig(**TOY_ROLLOUT), per_task=2)
+    report = sft_train(model, tok, gold, SFTConfig(epochs=20), progress=False)
+    folder = tmp_path_factory.mktemp("toy-warm")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, gold, report

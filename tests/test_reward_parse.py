@@ -86,16 +86,17 @@ REFUSED = [
     ("__import__('os').system('ls')", "only these functions can be called", (1, 1)),
     ("open('x')", "calling `open` is not allowed", (1, 1)),
     ("eval('1')", "calling `eval` is not allowed", (1, 1)),
-    ("x.__class__", "attribute access is allowed only on P (got `x.__class__`)", (1, 1)),
-    ("cost + outcome.__class__", "attribute access is allowed only on P", (1, 8)),
+    ("x.__class__", "names starting with _ are not allowed (got `x.__class__`)", (1, 1)),
+    ("x.y", "attribute access is allowed only on P (got `x.y`)", (1, 1)),
+    ("cost + outcome.real", "attribute access is allowed only on P", (1, 8)),
     ("P.__dict__", "names starting with _ are not allowed", (1, 1)),
     ("P.tools.__class__", "names starting with _", (1, 1)),
     ("().__class__.__bases__[0]", "indexing is allowed only on calls", (1, 1)),
     ("lambda: 1", "a lambda is not allowed", (1, 1)),
     ("[x for x in tools]", "a list comprehension is not allowed", (1, 1)),
     ("sum(x for x in range(3))", "comprehensions may iterate only over tools", (1, 16)),
-    ("sum(calls[t] for t in tools if t)", "`if` in a comprehension", (1, 31)),
-    ("sum(calls[t] for t in tools for u in tools)", "exactly one `for`", (1, 5)),
+    ("sum(calls[t] for t in tools if t)", "`if` in a comprehension", (1, 32)),
+    ("sum(calls[t] for t in tools for u in tools)", "exactly one `for`", (1, 4)),
     ("sum(cost, 1)", "sum() takes 1 arguments", (1, 1)),
     ("sum(cost)", "sum takes one generator", (1, 1)),
     ("min(calls[t] for t in tools)", "min() takes 2 to 64 arguments", (1, 1)),
@@ -118,7 +119,7 @@ REFUSED = [
     ("calls[0]", "a tool index must be", (1, 7)),
     ("calls[t]", "a tool index must be", (1, 7)),
     ("sum(t for t in tools)", "loop variable `t` can only index", (1, 5)),
-    ("sum(calls[cost] for cost in tools)", "cannot be a loop variable", (1, 24)),
+    ("sum(calls[cost] for cost in tools)", "cannot be a loop variable", (1, 21)),
     ("exp", "is a function: call it", (1, 1)),
     ("exp(cost, 2)", "exp() takes 1 arguments", (1, 1)),
     ("where(cost > 1, x=1)", "keyword arguments", (1, 1)),
@@ -133,9 +134,7 @@ REFUSED = [
     ("1e999", "not a finite number", (1, 1)),
     ("cost ** 5000", "exponent", (1, 1)),
     ("outcome # - cost", "comments (#)", (1, 9)),
-    ("cost +", "invalid syntax", (1, 7)),
     ("", "empty", (1, 1)),
-    ("outcome\0", "invalid syntax", (1, 8)),
 ]
 
 
@@ -146,6 +145,12 @@ def test_refused(text, message, position):
     assert message in str(e.value)
     assert e.value.position == position
     assert f"at {position[0]}:{position[1]}" in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["cost +", "outcome\0", "(cost", "cost cost", "1 +* 2", "\\"])
+def test_python_syntax_errors_are_reward_syntax_errors(text):
+    with pytest.raises(RewardSyntaxError, match=r"invalid syntax.* at 1:\d+$"):
+        parse(text)
 
 
 def test_guards_on_size():

@@ -28,6 +28,11 @@ def test_extract_number(text, want):
     ("exact", "  Paris. ", "paris", 1.0), ("exact", "Paris, France", "paris", 0.0),
     ("exact", "New   York", "new york", 1.0),
     ("contains", "It is Paris, France", "paris", 1.0), ("contains", "Lyon", "paris", 0.0),
+    ("contains", "The answer is He.", "h", 1.0),  # contains is lenient: why "mentions" exists
+    ("mentions", "[simulated] The answer is He.", "He", 1.0), ("mentions", "The answer is He.", "h", 0.0),
+    ("mentions", "South America.", "south america", 1.0), ("mentions", "8 in stock", "8", 1.0),
+    ("mentions", "18 in stock", "8", 0.0), ("mentions", "$14.80", "80", 0.0),
+    ("mentions", "costs $14.75.", "14.75", 1.0),
     ("numeric", "The answer is 10,063", "10063", 1.0), ("numeric", "10063.0000001", "10063", 1.0),
     ("numeric", "10064", "10063", 0.0), ("numeric", "no number", "5", 0.0),
     ("sympy", "2*(x+1)", "2x+2", 1.0), ("sympy", "x^2", "x*x", 1.0), ("sympy", "x+1", "x", 0.0),

@@ -78,7 +78,7 @@ def check(reward) -> int:
             continue
         print(f"{label} (P = {reward.preference.render()}):")
         inputs = [n for n in explanation.inputs if not n.startswith("P.")]
-        for i, rollout in enumerate(group):
+        for i in range(len(group)):
             shown = ", ".join(f"{n}={explanation.inputs[n][i]:g}" for n in inputs)
             print(f"  rollout {i}: reward {explanation.reward[i]:.4f}   ({shown})")
         if reward.term_sources:

@@ -14,19 +14,17 @@ import functools
 import hashlib
 import json
 import random
-import re
 from collections import defaultdict
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchlib.tasks import Task
+from orchlib.tasks import Task, mentions
 from orchlib.trajectory import ToolCall
 
 __all__ = ["Product", "Customer", "OrderLine", "Order", "ShopDB", "initial_db", "make_shop_env", "replay", "check",
            "SHOP_TOOLS", "WRITE_TOOLS", "shop_search_products", "shop_get_product", "shop_get_customer",
-           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money", "mentions",
-           "shop_tasks"]
+           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money", "shop_tasks"]
 
 
 class _Row(BaseModel):
@@ -283,12 +281,6 @@ def check(answer: str | None, task: Task, env: Any = None) -> float:
     return float(all(mentions(answer, str(fact)) for fact in task.meta.get("required", [])))
 
 
-def mentions(text: str, fact: str) -> bool:
-    """`fact` appears in `text` as a whole token, case-insensitively: "8" is in "8 in stock" but not in
-    "18" or "$14.80"; "14.75" is in "$14.75."."""
-    pattern = r"(?<![\w.])" + re.escape(fact.lower()) + r"(?!\w|\.\d)"
-    return re.search(pattern, text.lower()) is not None
-
 
 # ---------------------------------------------------------------------------------------------- tasks
 def _call(name: str, **arguments: Any) -> ToolCall:
@@ -298,7 +290,7 @@ def _call(name: str, **arguments: Any) -> ToolCall:
 def _shop_task(seed: int, kind: str, prompt: str, calls: list[ToolCall], answer: str, required: list[str]) -> Task:
     from orchlib.tasks import Golden
 
-    return Task(id=f"shop-{hashlib.sha1(prompt.encode()).hexdigest()[:8]}", prompt=prompt, category="shop",
+    return Task(id=f"shop-{hashlib.sha1(prompt.encode()).hexdigest()[:10]}", prompt=prompt, category="shop",
                 tools=sorted(SHOP_TOOLS), checker="orchlib.envs.shop:check", answer=answer,
                 env="orchlib.envs.shop:make_shop_env", golden=Golden(calls=calls, answer=answer),
                 meta={"shop_seed": seed, "required": required, "kind": kind})

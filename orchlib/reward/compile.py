@@ -10,7 +10,6 @@ because it prints `Min(a, b)` as `numpy.amin((a, b), axis=0)`, which fails when 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -33,8 +32,12 @@ class _Printer(PythonCodePrinter):
         return f"{name}({', '.join(self._print(a) for a in args)})"
 
     def _nest(self, name: str, args: Sequence[Any]) -> str:
-        # Binary, broadcasting forms nested left to right: f(f(a, b), c).
-        return reduce(lambda acc, a: f"{name}({acc}, {self._print(a)})", args[1:], self._print(args[0]))
+        # Binary, broadcasting forms as a balanced tree, f(f(a, b), f(c, d)): the nesting stays
+        # log2(n) deep, far below Python's limit of 200 nested parentheses in generated code.
+        if len(args) == 1:
+            return self._print(args[0])
+        half = len(args) // 2
+        return f"{name}({self._nest(name, args[:half])}, {self._nest(name, args[half:])})"
 
     def _print_Integer(self, expr: sympy.Integer) -> str:
         # A Python int above 2**63 cannot meet a float64 array; beyond 2**53 it is not exact anyway.

@@ -11,7 +11,7 @@ In a mapping `errors` may be a count or a {kind: count} mapping (summed); `calls
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,16 +20,21 @@ from orchlib.reward.names import FEATURES, P_FIELDS, calls_name, tool_of
 from orchlib.tasks import Preference
 from orchlib.trajectory import Trajectory
 
-__all__ = ["features", "group_tools", "as_preference", "preference_value", "PreferenceLike"]
+__all__ = ["features", "group_tools", "as_preference", "preference_value", "preference_table", "PreferenceLike"]
 
 PreferenceLike = Preference | Mapping[str, Any] | None
 
 
+# Where each feature lives on a Trajectory.
+_FROM_TRAJECTORY: dict[str, Callable[[Trajectory], float]] = {
+    "outcome": lambda t: t.outcome, "cost": lambda t: t.cost_usd, "latency": lambda t: t.latency_s,
+    "turns": lambda t: t.num_turns, "tokens": lambda t: t.num_tokens, "errors": lambda t: t.num_errors,
+}
+
+
 def _scalar(rollout: Any, name: str, index: int) -> float:
     if isinstance(rollout, Trajectory):
-        return float({"outcome": rollout.outcome, "cost": rollout.cost_usd, "latency": rollout.latency_s,
-                      "turns": rollout.num_turns, "tokens": rollout.num_tokens,
-                      "errors": rollout.num_errors}[name])
+        return float(_FROM_TRAJECTORY[name](rollout))
     if not isinstance(rollout, Mapping):
         raise RewardValueError(f"rollout {index} of the group is a {type(rollout).__name__}, "
                                f"not a Trajectory or a mapping")
@@ -121,3 +126,18 @@ def preference_value(P: Preference, name: str, default: Preference) -> float:
         return float(default.extra[field])
     raise RewardValueError(f"the reward reads {name} but neither P nor the reward's default preference "
                            f"has an entry `{field}` (set it in P.extra)")
+
+
+def _getter(name: str, default: Preference) -> Callable[[Preference], float]:
+    tool, field = tool_of(name), name[2:]
+    if tool is not None:
+        return lambda p: p.tools.get(tool, 0.0)
+    if field in P_FIELDS:
+        return lambda p: getattr(p, field)
+    return lambda p: p.extra[field] if field in p.extra else preference_value(p, name, default)
+
+
+def preference_table(prefs: Sequence[Preference], names: Sequence[str], default: Preference) -> np.ndarray:
+    """`preference_value` for every (preference, name): float64 array (len(prefs), len(names))."""
+    getters = [_getter(n, default) for n in names]
+    return np.array([[g(p) for g in getters] for p in prefs], dtype=np.float64).reshape(len(prefs), len(names))

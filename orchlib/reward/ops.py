@@ -111,16 +111,27 @@ def torch_namespace() -> dict[str, Any]:
     def t_mean(x: Any) -> "torch.Tensor":
         return group(x).mean(dim=-1, keepdim=True)
 
+    def like(x: Any, other: Any) -> "torch.Tensor":
+        # A constant from the printed code joins a tensor on that tensor's device (GPU included).
+        if isinstance(x, torch.Tensor):
+            return x
+        if isinstance(other, torch.Tensor):
+            return torch.as_tensor(x, dtype=torch.float64, device=other.device)
+        return t(x)
+
     def binary(f: Callable) -> Callable:
-        return lambda a, b: f(t(a), t(b))
+        return lambda a, b: f(like(a, b), like(b, a))
 
     def unary(f: Callable) -> Callable:
         return lambda a: f(t(a))
 
+    def where(c: Any, a: Any, b: Any) -> "torch.Tensor":
+        c = like(c, a if isinstance(a, torch.Tensor) else b)
+        return torch.where(c.to(torch.bool), like(a, c), like(b, c))
+
     return {
         "minmax": t_minmax, "zscore": t_zscore, "rank": t_rank, "mean": t_mean,
-        "_minimum": binary(torch.minimum), "_maximum": binary(torch.maximum),
-        "_where": lambda c, a, b: torch.where(t(c).to(torch.bool), t(a), t(b)),
+        "_minimum": binary(torch.minimum), "_maximum": binary(torch.maximum), "_where": where,
         "_and": binary(torch.logical_and), "_or": binary(torch.logical_or), "_not": unary(torch.logical_not),
         "_exp": unary(torch.exp), "_log": unary(torch.log), "_abs": unary(torch.abs), "_sqrt": unary(torch.sqrt),
         "_nan": float("nan"),

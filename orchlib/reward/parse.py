@@ -27,7 +27,7 @@ import sympy
 from sympy.logic.boolalg import Boolean, BooleanAtom
 
 from orchlib.reward.errors import RewardSyntaxError
-from orchlib.reward.names import (FEATURES, P_FIELDS, calls_name, is_feature_name, p_name, p_tool_name,
+from orchlib.reward.names import (FEATURES, calls_name, is_feature_name, p_name, p_tool_name,
                                   symbol)
 from orchlib.reward.ops import GROUP_OPERATORS
 
@@ -157,12 +157,26 @@ def _check_size(tree: ast.AST, where: _Positions) -> None:
     stack: list[tuple[ast.AST, int]] = [(tree, 0)]  # iterative: a recursive walk could itself overflow
     while stack:
         node, depth = stack.pop()
-        count += 1
+        count += isinstance(node, ast.expr)  # operators and load/store markers are not parts
         if count > MAX_NODES:
             raise RewardSyntaxError(f"the expression has more than {MAX_NODES} parts", where.of(node))
         if depth > MAX_DEPTH:
             raise RewardSyntaxError(f"the expression is nested deeper than {MAX_DEPTH} levels", where.of(node))
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+        family = _chain_family(node)
+        for child in ast.iter_child_nodes(node):
+            # `a + b + c + ...` parses as a left-leaning tree; the builder walks such a chain in a loop,
+            # so a long sum counts as one level, not one per term.
+            same = family is not None and child is node.left and _chain_family(child) == family
+            stack.append((child, depth if same else depth + 1))
+
+
+def _chain_family(node: ast.AST) -> str | None:
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, (ast.Add, ast.Sub)):
+            return "add"
+        if isinstance(node.op, (ast.Mult, ast.Div)):
+            return "mul"
+    return None
 
 
 def _refuse_comments(line: str, where: _Positions) -> None:
@@ -309,11 +323,11 @@ class _Builder:
         raise self.refuse(node, f"unknown name `{name}` (inputs: {known}; calls[t]; P.<field>)")
 
     def visit_Attribute(self, node: ast.Attribute) -> sympy.Basic:
-        if not (isinstance(node.value, ast.Name) and node.value.id == "P"):
-            raise self.refuse(node, f"attribute access is allowed only on P (got `{_snippet(node)}`)")
         attr = node.attr
         if attr.startswith("_"):
             raise self.refuse(node, f"names starting with _ are not allowed (got `{_snippet(node)}`)")
+        if not (isinstance(node.value, ast.Name) and node.value.id == "P"):
+            raise self.refuse(node, f"attribute access is allowed only on P (got `{_snippet(node)}`)")
         if attr == "tools":
             raise self.refuse(node, "P.tools needs a tool: P.tools[t] or P.tools['name']")
         if attr in ("name", "extra"):
@@ -353,8 +367,21 @@ class _Builder:
         if op not in (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow):
             raise self.refuse(node, f"the operator `{_BINOPS.get(op, op.__name__)}` is not allowed "
                                     f"(allowed: + - * / **)")
-        a = self.num(self.visit(node.left), node.left)
-        b = self.num(self.visit(node.right), node.right)
+        if op is ast.Pow:
+            a = self.num(self.visit(node.left), node.left)
+            return self.power(node, a, self.num(self.visit(node.right), node.right))
+        # Walk a left-leaning chain `a + b - c + ...` in a loop: recursion only for real nesting.
+        chain: list[ast.BinOp] = [node]
+        family = _chain_family(node)
+        while _chain_family(chain[-1].left) == family:
+            chain.append(chain[-1].left)  # type: ignore[arg-type]
+        acc = self.num(self.visit(chain[-1].left), chain[-1].left)
+        for link in reversed(chain):
+            acc = self.binary(link, acc, self.num(self.visit(link.right), link.right))
+        return acc
+
+    def binary(self, node: ast.BinOp, a: sympy.Expr, b: sympy.Expr) -> sympy.Basic:
+        op = type(node.op)
         if op is ast.Add:
             return self.make(node, sympy.Add, a, b)
         if op is ast.Sub:
@@ -365,7 +392,7 @@ class _Builder:
             if _const(b) and b == 0:
                 raise self.refuse(node, f"division by zero in `{_snippet(node)}`")
             return self.make(node, lambda x, y: x / y, a, b)
-        return self.power(node, a, b)
+        raise self.refuse(node, f"the operator `{_BINOPS.get(op, op.__name__)}` is not allowed")
 
     def power(self, node: ast.AST, a: sympy.Expr, b: sympy.Expr) -> sympy.Basic:
         if _const(a) and _const(b):

@@ -23,7 +23,7 @@ import sympy
 from orchlib.reward.compile import Program, compile_program, run_program
 from orchlib.reward.errors import RewardFileError, RewardSyntaxError, RewardValueError
 from orchlib.reward.features import (PreferenceLike, as_preference, features, group_tools,
-                                     preference_value)
+                                     preference_table, preference_value)
 from orchlib.reward.file import Located, RewardSpec, check_term_name, read_spec
 from orchlib.reward.names import is_p_name, latex_name, symbol, tool_of
 from orchlib.reward.parse import Parsed, parse
@@ -148,12 +148,12 @@ class Reward:
         """LaTeX of the reward: with terms substituted (default), or written with the term names."""
         loops = frozenset().union(*(p.loop_vars for p in self._generic.values()))
         expr = self.expression if expand_terms else self._generic[_REWARD].expr
-        return _latex(expr, loops, self.term_sources)
+        return _latex(expr, loops)
 
     def term_latex(self) -> dict[str, str]:
+        """LaTeX of each named term, as written (may use earlier terms by name)."""
         loops = frozenset().union(*(p.loop_vars for p in self._generic.values()))
-        return {name: _latex(p.expr, loops, self.term_sources) for name, p in self._generic.items()
-                if name != _REWARD}
+        return {name: _latex(p.expr, loops) for name, p in self._generic.items() if name != _REWARD}
 
     def __repr__(self) -> str:
         return f"Reward({self.name!r}: {self.source})"
@@ -161,13 +161,22 @@ class Reward:
     # --- compiling --------------------------------------------------------------------------------
 
     def program(self, tools: Sequence[str] = ()) -> Program:
-        """The reward compiled for a tool set (cached per set)."""
+        """The reward compiled for a tool set (cached per set).
+
+        Raises RewardSyntaxError in the rare case where the expansion over these tools is refused
+        (a constant summed over the tools leaving the range 1e±300).
+        """
         key = tuple(tools) if self.uses_tool_sum else ()
         if key not in self._programs:
             names = list(self.term_sources)
-            parsed = {name: parse(self.term_sources[name], terms=names[:i], tools=key)
-                      for i, name in enumerate(names)}
-            parsed[_REWARD] = parse(self.source, terms=names, tools=key)
+            try:
+                parsed = {name: parse(self.term_sources[name], terms=names[:i], tools=key)
+                          for i, name in enumerate(names)}
+                parsed[_REWARD] = parse(self.source, terms=names, tools=key)
+            except RewardSyntaxError as e:
+                # The generic form was accepted at load; expanded over these tools a constant can still
+                # leave the allowed range, e.g. sum(1e300 for t in tools) with two tools.
+                raise RewardSyntaxError(f"expanded over tools {list(key)}: {e.message}", e.position) from e
             inputs = set().union(*(p.symbols for p in parsed.values()))
             program = compile_program([(n, p.expr) for n, p in parsed.items()], key, sorted(inputs))
             if len(self._programs) >= _MAX_PROGRAMS:
@@ -194,7 +203,7 @@ class Reward:
 
     def __call__(self, group: Sequence[Any], P: PreferenceLike = None) -> np.ndarray:
         """One reward per rollout of one group, shape (G,), float64. P replaces the default P."""
-        return self._evaluate_group(group, P)[_REWARD][0].copy()
+        return self._evaluate_group(group, P)[0][_REWARD][0].copy()
 
     def batch(self, values: Mapping[str, Any], P: PreferenceLike | Sequence[PreferenceLike] = None,
               backend: str = "numpy") -> Any:
@@ -245,16 +254,18 @@ class Reward:
 
     def explain(self, group: Sequence[Any], P: PreferenceLike = None) -> Explanation:
         """Each term's value and contribution per rollout (see Explanation)."""
-        full = self._evaluate_group(group, P)
+        full, inputs = self._evaluate_group(group, P)
         names = list(self.term_sources) or [_REWARD]
         reward = full[_REWARD][0]
         values = {n: np.array(full[n][0], dtype=np.float64) for n in names}
+        contributions = {_REWARD: reward.copy()}
         if self.term_sources:
-            contributions = {n: reward - self._evaluate_group(group, P, zero=n)[_REWARD][0] for n in names}
-        else:
-            contributions = {_REWARD: reward.copy()}
-        inputs = {n: np.array(v[0], dtype=np.float64) for n, v in full["_inputs"].items()}
-        return Explanation(reward.copy(), values, contributions, inputs)
+            # The ablated reward is not checked: a term whose removal is undefined shows as NaN/inf here.
+            contributions = {n: reward - self._evaluate_group(group, P, zero=n, check=False)[0][_REWARD][0]
+                             for n in names}
+        shown = {n: np.array(np.broadcast_to(v, full[_REWARD].shape)[0], dtype=np.float64)
+                 for n, v in inputs.items()}
+        return Explanation(reward.copy(), values, contributions, shown)
 
     def reference(self, group: Sequence[Any], P: PreferenceLike = None) -> np.ndarray:
         """The same rewards computed slowly with sympy subs/evalf row by row (a check, not a tool)."""
@@ -270,8 +281,9 @@ class Reward:
 
     # --- internals --------------------------------------------------------------------------------
 
-    def _evaluate_group(self, group: Sequence[Any], P: PreferenceLike, zero: str | None = None
-                        ) -> dict[str, Any]:
+    def _evaluate_group(self, group: Sequence[Any], P: PreferenceLike, zero: str | None = None,
+                        check: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Every step's value (arrays (1, G)) and the inputs they were computed from."""
         group = list(group)
         if not group:
             raise RewardValueError("a group needs at least one rollout")
@@ -282,9 +294,9 @@ class Reward:
         arrays = {n: v[None, :] for n, v in feats.items()}
         inputs = self._inputs(program, arrays, [pref], shape)
         out = run_program(program, inputs, zero=zero, shape=shape)
-        self._check_finite(out[_REWARD])
-        out["_inputs"] = {n: np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for n, v in inputs.items()}
-        return out
+        if check:
+            self._check_finite(out[_REWARD])
+        return out, inputs
 
     def _preferences(self, P: Any, n: int) -> list[Preference]:
         if P is None or isinstance(P, (Preference, Mapping)):
@@ -297,12 +309,26 @@ class Reward:
     def _inputs(self, program: Program, arrays: Mapping[str, np.ndarray], prefs: Sequence[Preference],
                 shape: tuple[int, int]) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
+        p_names = [n for n in program.inputs if is_p_name(n)]
+        if p_names:
+            # Trainers pass the same few Preference objects many times: look each one up once.
+            slot: dict[int, int] = {}
+            distinct: list[Preference] = []
+            index = np.empty(len(prefs), dtype=np.intp)
+            for i, p in enumerate(prefs):
+                if id(p) not in slot:
+                    slot[id(p)] = len(distinct)
+                    distinct.append(p)
+                index[i] = slot[id(p)]
+            table = preference_table(distinct, p_names, self.preference)
+            for j, name in enumerate(p_names):
+                # One P for all groups is a scalar; one per group is a column (n, 1). A numpy scalar,
+                # not a float: `0.0 ** -1` must give inf (reported later), not raise ZeroDivisionError.
+                inputs[name] = table[0, j] if len(prefs) == 1 else table[index, j][:, None]
         for name in program.inputs:
             if is_p_name(name):
-                column = [preference_value(p, name, self.preference) for p in prefs]
-                # One P for all groups is a scalar; one per group is a column (n, 1).
-                inputs[name] = column[0] if len(prefs) == 1 else np.array(column)[:, None]
-            elif name in arrays:
+                continue
+            if name in arrays:
                 inputs[name] = arrays[name]
             elif tool_of(name) is not None:
                 inputs[name] = np.zeros(shape)  # a tool nobody called
@@ -356,12 +382,8 @@ def _flatten(parts: Mapping[str, Any], attr: str = "expr") -> sympy.Expr:
     raise KeyError(_REWARD)
 
 
-def _latex(expr: sympy.Expr, loops: frozenset[str], terms: Mapping[str, str]) -> str:
-    names = {}
-    for s in expr.free_symbols:
-        if s.name in loops:
-            continue
-        names[s] = latex_name(s.name, loops)
+def _latex(expr: sympy.Expr, loops: frozenset[str]) -> str:
+    names = {s: latex_name(s.name, loops) for s in expr.free_symbols if s.name not in loops}
     return sympy.latex(expr, symbol_names=names)
 
 

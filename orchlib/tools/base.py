@@ -115,7 +115,10 @@ class Tool:
         t0 = time.perf_counter()
         try:
             obs = await asyncio.wait_for(self._run(arguments, context), timeout_s)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError as e:
+            if timeout_s is None:  # raised inside the backend (since 3.11 the same class), not our timeout
+                return self._error("tool_failure", f"{self.name} failed: TimeoutError: {e}",
+                                   latency_s=time.perf_counter() - t0)
             return self._error("timeout", f"{self.name} did not answer within {timeout_s:g} s",
                                latency_s=time.perf_counter() - t0)
         except ToolError as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from fractions import Fraction
 
 __all__ = ["calculate", "evaluate", "format_number"]
@@ -21,6 +22,7 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _FUNCTIONS = {"abs": abs, "min": min, "max": max}
 # What people and models write for operators Python spells differently.
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _SPELLINGS = {"^": "**", "×": "*", "÷": "/", "−": "-", "–": "-"}
 
 
@@ -37,7 +39,8 @@ def evaluate(expression: str) -> Fraction:
     """The exact value of `expression`; ValueError says what is not allowed."""
     if len(expression) > MAX_LENGTH:
         raise ValueError(f"expression longer than {MAX_LENGTH} characters")
-    text = expression.strip().replace(",", "").replace("$", "")  # "1,000" and "$5" as people write them
+    # "1,000" and "$5" as people write them; commas between arguments stay.
+    text = _THOUSANDS.sub("", expression.strip()).replace("$", "")
     for written, python in _SPELLINGS.items():
         text = text.replace(written, python)
     try:
@@ -65,14 +68,18 @@ def _eval(node: ast.AST) -> Fraction:
             raise ValueError("division by zero")
         return _check(Fraction(op(left, right)))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        if node.func.id not in _FUNCTIONS and node.func.id != "round":
+            raise ValueError(f"function {node.func.id!r} is not allowed (abs, min, max, round)")
         args = [_eval(a) for a in node.args]
         if node.func.id == "round":
             if not 1 <= len(args) <= 2 or (len(args) == 2 and args[1].denominator != 1):
                 raise ValueError("round takes a number and optional whole number of digits")
             return Fraction(round(args[0], int(args[1])) if len(args) == 2 else round(args[0]))
-        if node.func.id in _FUNCTIONS and args:
-            return Fraction(_FUNCTIONS[node.func.id](*args))
-        raise ValueError(f"function {node.func.id!r} is not allowed (abs, min, max, round)")
+        if not args:
+            raise ValueError(f"{node.func.id} needs at least one number")
+        return Fraction(_FUNCTIONS[node.func.id](*args))
+    if isinstance(node, ast.Constant):
+        raise ValueError(f"only numbers are allowed, not {node.value!r}")
     raise ValueError(f"{type(node).__name__} is not allowed in an arithmetic expression")
 
 

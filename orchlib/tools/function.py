@@ -42,7 +42,9 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 class FunctionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    callable: str = Field(pattern=r"^[\w.]+:[\w.]+$", description="import path 'pkg.module:function'")
+    # \S+ after the colon: a function made in a notebook or a test has "<locals>" in its qualified name;
+    # such a path cannot be imported from a file, which import_callable then says plainly.
+    callable: str = Field(pattern=r"^[\w.]+:\S+$", description="import path 'pkg.module:function'")
 
 
 def import_callable(path: str) -> Callable[..., Any]:

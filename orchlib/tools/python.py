@@ -36,6 +36,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ CHILD_SOURCE = (Path(__file__).parent / "_sandbox_child.py").read_text(encoding=
 DEFAULT_PRELOAD = ["math", "cmath", "decimal", "fractions", "statistics", "random", "itertools", "functools",
                    "collections", "heapq", "bisect", "re", "json", "string", "datetime", "time", "textwrap",
                    "operator", "dataclasses", "typing", "copy", "numbers", "array", "csv", "io", "unicodedata",
+                   "pathlib", "shutil", "glob", "tempfile", "hashlib", "base64", "pprint",
                    "numpy"]  # numpy is an orchlib dependency; about 0.05 s per run
 
 
@@ -135,7 +137,6 @@ async def _supervise(code: str, s: PythonSettings, config: dict[str, Any], workd
     out, err = _Capture(s), _Capture(s)
     out.sibling, err.sibling = err, out  # the output limit counts both streams together
     readers = [asyncio.ensure_future(out.read(proc.stdout, proc)), asyncio.ensure_future(err.read(proc.stderr, proc))]
-    timed_out = False
     try:
         proc.stdin.write(code.encode("utf-8"))
         try:
@@ -143,13 +144,10 @@ async def _supervise(code: str, s: PythonSettings, config: dict[str, Any], workd
         except (BrokenPipeError, ConnectionResetError):
             pass  # the child died before reading all of its code; its exit status tells why
         proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), s.timeout_s)
-        except asyncio.TimeoutError:
-            timed_out = True
+        timed_out = not await _exited(proc, s.timeout_s)
     finally:
         _kill_group(proc)  # also ends children the program left behind
-        await proc.wait()
+        await _exited(proc, 5.0)  # not proc.wait(): it also waits for the pipes (see _exited)
         await _group_gone(proc.pid)
         # Readers end at EOF once every holder of the pipes is dead; a process that left the group
         # (setsid) could hold them open, so do not wait on it for long.
@@ -166,8 +164,10 @@ async def _supervise(code: str, s: PythonSettings, config: dict[str, Any], workd
     if out.overflow or err.overflow:
         error = (f"output exceeded {s.max_stream_bytes:,} bytes; the program was stopped "
                  f"(print less, or write to a file)")
-    elif status in (-signal.SIGXCPU, -signal.SIGKILL):
+    elif status == -signal.SIGXCPU:
         error = f"CPU time limit of {s.cpu_s} s exceeded"
+    elif status == -signal.SIGKILL:  # the CPU hard limit one second later, or the kernel's OOM killer
+        error = f"killed (SIGKILL): CPU time limit of {s.cpu_s} s or out of memory"
     elif status == 3:
         error = err.text().strip().splitlines()[-1] if err.text().strip() else "sandbox set-up failed"
     elif status and status < 0:
@@ -219,6 +219,17 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group id is the child's pid
     except (ProcessLookupError, PermissionError):
         pass  # the group is already gone (PermissionError: macOS reports a reaped group this way)
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
+    """Whether the child exited within the timeout. `proc.wait()` would also wait for its pipes to
+    close, which never happens while a forked grandchild holds them; `returncode` is set at exit."""
+    deadline = time.monotonic() + timeout_s
+    while proc.returncode is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
 
 
 async def _group_gone(pgid: int, patience_s: float = 2.0) -> None:

@@ -216,7 +216,7 @@ class Trainer:
     def _term_means(self, groups, tasks) -> dict[str, float]:
         sums: dict[str, list[float]] = defaultdict(list)
         for g, t in zip(groups, tasks):
-            for name, values in self.reward.explain(g, P=t.preference).terms().items():
+            for name, values in self.reward.explain(g, P=t.preference).contributions.items():
                 sums[name] += list(np.asarray(values, dtype=float))
         return {k: float(np.mean(v)) for k, v in sums.items()}
 

@@ -10,6 +10,7 @@ call sequences (`Golden.alternatives`), one is drawn uniformly at random, whatev
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -33,7 +34,9 @@ class SFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int = 0
     epochs: int = Field(3, ge=1, description="passes over the golden trajectories")
-    learning_rate: float = Field(3e-3, gt=0, description="high: a randomly initialised ~1 M model")
+    learning_rate: float = Field(3e-3, gt=0, description="peak; high because the default policy is a randomly "
+                                                         "initialised ~1 M model. Warm-up then cosine decay to 0")
+    warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
     batch_size: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     mixed_precision: str = Field("no", description="as Accelerate's flag; 'bf16' on a GPU that has it")
@@ -83,12 +86,19 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory], config: SFTC
     acc = Accelerator(mixed_precision=config.mixed_precision)
     torch.manual_seed(config.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
-    pmodel, opt = acc.prepare(model, opt)
+    steps = config.epochs * ((len(trajectories) + config.batch_size - 1) // config.batch_size)
+    warm = max(1, int(config.warmup_fraction * steps))
+    # decaying to 0 matters: sampled at temperature 1, a policy that stops at a high lr still makes
+    # format slips on a fair share of turns
+    def lr_factor(s: int) -> float:
+        return (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    pmodel, opt, sched = acc.prepare(model, opt, sched)
     rng = random.Random(config.seed)
     order = list(range(len(trajectories)))
     report = SFTReport(n_trajectories=len(trajectories), n_tokens=sum(t.num_tokens for t in trajectories))
     pad = tokenizer.pad_token_id or 0
-    steps = config.epochs * ((len(order) + config.batch_size - 1) // config.batch_size)
     bar = tqdm(total=steps, desc="SFT warm start", disable=not progress)
     pmodel.train()
     for _ in range(config.epochs):
@@ -109,8 +119,9 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory], config: SFTC
             acc.backward(loss)
             acc.clip_grad_norm_(pmodel.parameters(), config.max_grad_norm)
             opt.step()
+            sched.step()
             opt.zero_grad(set_to_none=True)
-            report.losses.append(float(loss))
+            report.losses.append(loss.item())
             bar.update(1)
             bar.set_postfix(loss=f"{report.losses[-1]:.3f}")
     bar.close()

@@ -1,0 +1,226 @@
+"""Fixed-routing baselines, as Engines: they write the calls a route prescribes, then an answer, so they
+run through the same rollout and the same accounting as a trained orchestrator.
+
+A *route* of a task is one way to solve it: its golden call sequence, each golden alternative, and one
+call to every offered tool whose card is `final` with `input: task` (a model that answers the task
+itself). Routes are labelled by their tool (or tools, joined by "+").
+
+- `strongest`: the route with the highest accuracy in the task's category (ties: cheaper), measured on
+  calibration tasks (`try_routes`).
+- `cheapest`: the route with the lowest mean cost in the task's category (ties: more accurate), measured
+  the same way — the money a route really costs, policy tokens included, rather than list prices.
+- `random`: uniform over the task's routes, seeded per task.
+- `oracle`: per task, the cheapest route that is right on *that* task, found by running every route;
+  when none is right, the cheapest route. Its accuracy is the share of tasks some route solves.
+
+After a non-final tool the baseline answers as a *perfect reader*: it writes the reference answer when
+the tool output it was shown contains it (every required fact, for shop tasks; the number, for numeric
+checkers), else the first line of the last output. Baselines therefore measure routing, not reading.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
+from orchlib.engines.scripted import ScriptedEngine
+from orchlib.rollout import RolloutConfig, rollout
+from orchlib.tasks import Preference, Task, extract_number, mentions
+from orchlib.trajectory import ToolCall
+
+__all__ = ["BASELINES", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "try_routes",
+           "route_stats", "choose", "make_baselines"]
+
+BASELINES: tuple[str, ...] = ("strongest", "cheapest", "random", "oracle")
+
+
+def route_label(calls: Sequence[ToolCall]) -> str:
+    return "+".join(dict.fromkeys(c.name for c in calls))
+
+
+def routes(task: Task, cards: Iterable[Any]) -> dict[str, list[ToolCall]]:
+    """label → call sequence of every route of `task` (see the module docstring), sorted by label.
+    Only sequences whose tools the task offers count."""
+    cards = list(cards)
+    offered = set(task.tools) if task.tools is not None else {c.name for c in cards}
+    golden = task.golden
+    seqs = ([golden.calls] if golden and golden.calls else []) + (list(golden.alternatives) if golden else [])
+    out: dict[str, list[ToolCall]] = {}
+    for seq in seqs:
+        if seq and all(c.name in offered for c in seq):
+            out.setdefault(route_label(seq), list(seq))
+    for card in cards:
+        if card.name in offered and card.final and card.input == "task":
+            out.setdefault(card.name, [ToolCall(name=card.name)])
+    return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------------- engine
+_USER = f"{IM_START}user\n"
+_PREF = re.compile(r"Preference \([^)]*\):[^\n<]*")
+_RESPONSE = re.compile(re.escape(TOOL_RESPONSE) + r"\n(.*?)\n" + re.escape(TOOL_RESPONSE_END), re.S)
+
+
+def _prompt_key(prompt_text: str) -> tuple[str, str]:
+    """(task prompt, preference line) of a rendered conversation: the first user turn and the P line."""
+    start = prompt_text.index(_USER) + len(_USER)
+    user = prompt_text[start:prompt_text.index(IM_END, start)]
+    pref = _PREF.search(prompt_text[:start])
+    return user, pref.group(0).strip() if pref else ""
+
+
+def _found(task: Task, text: str) -> bool:
+    """Whether `text` contains the task's answer (all required facts; the number; the words)."""
+    required = task.meta.get("required")
+    if required is not None:
+        return all(mentions(text, str(f)) for f in required)
+    if task.answer is None:
+        return False
+    if task.checker == "numeric":
+        want = extract_number(task.answer)
+        tol = float(task.meta.get("tolerance", 1e-6))
+        numbers = re.findall(r"-?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?", text)
+        got = [extract_number(n) for n in numbers]
+        return want is not None and any(g is not None and math.isclose(g, want, rel_tol=tol, abs_tol=tol) for g in got)
+    return mentions(text, task.answer)
+
+
+class RouteEngine(ScriptedEngine):
+    """Writes each task's planned route, one call per turn (a later call may depend on an earlier
+    write), then the perfect reader's answer. `plan` maps task id → route label."""
+
+    def __init__(self, tokenizer, tasks: Sequence[Task], plan: Mapping[str, str],
+                 task_routes: Mapping[str, Mapping[str, list[ToolCall]]], name: str = "route"):
+        super().__init__(tokenizer, self._turn)
+        self.name = name
+        self.plan = dict(plan)
+        self._by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]] = {}
+        for t in tasks:
+            if t.id not in self.plan:
+                continue
+            pref = (t.preference or Preference(name="default")).render()  # as the rollout renders it
+            self._by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
+
+    def _turn(self, prompt_text: str, turn: int) -> str:
+        key = _prompt_key(prompt_text)
+        if key not in self._by_key:  # P not shown in the prompt (show_preference=False): the prompt alone
+            same = [k for k in self._by_key if k[0] == key[0]]
+            if len(same) != 1:  # built for other tasks, or ambiguous: a bug, not a wrong answer
+                raise KeyError(f"{self.name}: no single planned route for task prompt {key[0][:60]!r} ({key[1]})")
+            key = same[0]
+        task, calls = self._by_key[key]
+        if turn < len(calls):
+            return render_call(calls[turn])
+        shown = _RESPONSE.findall(prompt_text[prompt_text.index(_USER):])
+        gold = task.golden.answer if task.golden and task.golden.answer is not None else task.answer
+        if gold is not None and _found(task, "\n".join(shown)):
+            return gold
+        last = shown[-1].strip().splitlines() if shown else []
+        return last[0][:200] if last else "I do not know."
+
+
+# ---------------------------------------------------------------------------------------------- trials
+@dataclass(frozen=True)
+class RouteResult:
+    outcome: float
+    cost_usd: float
+    latency_s: float
+
+
+@dataclass
+class Trials:
+    """Every route of every task, run once: `results[task_id][label]`."""
+
+    tasks: list[Task]
+    routes: dict[str, dict[str, list[ToolCall]]]
+    results: dict[str, dict[str, RouteResult]]
+
+
+def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
+               seed: int | None = 0) -> Trials:
+    """Run every route of every task once through the rollout (the r-th route of all tasks in one batch)."""
+    from orchlib.evaluate import EVAL_ROLLOUT
+
+    tasks = list(tasks)
+    cards = list(toolbox.cards)
+    task_routes = {t.id: routes(t, cards) for t in tasks}
+    results: dict[str, dict[str, RouteResult]] = {t.id: {} for t in tasks}
+    depth = max((len(r) for r in task_routes.values()), default=0)
+    for r in range(depth):
+        batch = [t for t in tasks if len(task_routes[t.id]) > r]
+        plan = {t.id: list(task_routes[t.id])[r] for t in batch}
+        engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
+        for t, traj in zip(batch, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)):
+            results[t.id][plan[t.id]] = RouteResult(traj.outcome, traj.cost_usd, traj.latency_s)
+    return Trials(tasks, task_routes, results)
+
+
+def route_stats(trials: Trials) -> dict[str, dict[str, dict[str, float]]]:
+    """category → label → mean accuracy, cost and latency over the tasks that offer the route."""
+    acc: dict[tuple[str, str], list[RouteResult]] = {}
+    for t in trials.tasks:
+        for label, res in trials.results[t.id].items():
+            acc.setdefault((t.category, label), []).append(res)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for (cat, label), rs in sorted(acc.items()):
+        out.setdefault(cat, {})[label] = {"n": len(rs), "accuracy": float(np.mean([r.outcome for r in rs])),
+                                          "cost_usd": float(np.mean([r.cost_usd for r in rs])),
+                                          "latency_s": float(np.mean([r.latency_s for r in rs]))}
+    return out
+
+
+def choose(name: str, task: Task, labels: Sequence[str], stats: Mapping[str, Mapping[str, Mapping[str, float]]],
+           trial: Mapping[str, RouteResult] | None = None, seed: int = 0) -> str:
+    """The label baseline `name` picks for `task` among `labels` (see the module docstring)."""
+    labels = sorted(labels)
+    if not labels:
+        raise ValueError(f"task {task.id} has no route (no golden calls and no final model tool offered)")
+    cat = stats.get(task.category, {})
+    unknown = {"accuracy": -math.inf, "cost_usd": math.inf}
+
+    def s(label: str) -> Mapping[str, float]:
+        return cat.get(label, unknown)
+
+    if name == "strongest":
+        return min(labels, key=lambda x: (-s(x)["accuracy"], s(x)["cost_usd"], x))
+    if name == "cheapest":
+        return min(labels, key=lambda x: (s(x)["cost_usd"], -s(x)["accuracy"], x))
+    if name == "random":
+        return random.Random(f"{seed}:{task.id}").choice(labels)
+    if name == "oracle":
+        if trial is None:
+            raise ValueError("the oracle needs the trial of every route on this task")
+        best = max(trial[x].outcome for x in labels)
+        return min((x for x in labels if trial[x].outcome == best),
+                   key=lambda x: (trial[x].cost_usd, trial[x].latency_s, x))
+    raise KeyError(f"unknown baseline {name!r}; known: {BASELINES}")
+
+
+def make_baselines(tasks: Sequence[Task], toolbox, tokenizer, names: Sequence[str] = BASELINES,
+                   calibration: Sequence[Task] | Trials | None = None, trials: Trials | None = None,
+                   config: RolloutConfig | None = None, seed: int = 0) -> dict[str, RouteEngine]:
+    """Baseline engines for `tasks`. `strongest`/`cheapest` rank routes on `calibration` (tasks, or
+    their Trials; default: `tasks` themselves); the oracle runs every route on `tasks` (`trials`)."""
+    tasks = list(tasks)
+    need_own = "oracle" in names or calibration is None
+    own = trials or (try_routes(tasks, toolbox, tokenizer, config) if need_own else None)
+    if isinstance(calibration, Trials):
+        cal = calibration
+    elif calibration is not None:
+        cal = try_routes(calibration, toolbox, tokenizer, config)
+    else:
+        cal = own
+    stats = route_stats(cal) if cal is not None else {}
+    task_routes = own.routes if own is not None else {t.id: routes(t, toolbox.cards) for t in tasks}
+    out = {}
+    for name in names:
+        plan = {t.id: choose(name, t, list(task_routes[t.id]), stats,
+                             own.results[t.id] if own is not None else None, seed) for t in tasks}
+        out[name] = RouteEngine(tokenizer, tasks, plan, task_routes, name=name)
+    return out

@@ -1,0 +1,62 @@
+"""SFT warm start + GRPO on the tiny model: the format is learned, then the better tool is learned."""
+
+from __future__ import annotations
+
+import torch
+from conftest import TOY_ROLLOUT
+
+from orchlib.envs.toy import toy_tasks, toy_toolbox
+from orchlib.models import load_policy
+from orchlib.reward import Reward
+from orchlib.rollout import RolloutConfig
+from orchlib.train import GRPOConfig, LoraSettings, Trainer
+
+
+def test_golden_trajectories_sample_both_tools_and_sft_learns_the_format(toy_warm):
+    _, gold, report = toy_warm
+    chosen = [t.turns[0].calls[0].name for t in gold]
+    assert 0.25 < chosen.count("right") / len(chosen) < 0.75  # the choice is left to RL
+    assert all(t.finish_reason == "final_tool" and t.errors == {} for t in gold)
+    assert report.losses[-1] < 0.1 * report.losses[0]
+
+
+def _mean(reports, key):
+    return sum(r.metrics.get(key, 0.0) for r in reports) / len(reports)
+
+
+def test_grpo_raises_reward_and_best_tool_share(toy_warm):
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), learning_rate=1e-3, kl_coef=0.0, seed=0)
+    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                      Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    reports = trainer.run(8, progress=False)
+    first, last = reports[:2], reports[-2:]
+    assert _mean(first, "errors") < 0.3  # the warm start makes well-formed calls
+    assert _mean(last, "reward") > _mean(first, "reward") + 0.2
+    assert _mean(last, "share/right") > _mean(first, "share/right") + 0.2
+    unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(before[n], p)]
+    assert unchanged == []
+    m = reports[-1].metrics
+    for key in ("accuracy", "cost_usd", "latency_s", "calls/right", "tokens", "grad_norm", "entropy",
+                "clip_frac", "time/rollout", "time/update", "groups_kept", "groups_filtered", "reward/reward"):
+        assert key in m, key
+    assert len(reports[-1].trajectories) == 4 * 8 and len(trainer.history) == 8
+
+
+def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm):
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), learning_rate=1e-3, kl_coef=0.05, seed=1,
+                     lora=LoraSettings(r=4))
+    model, tok = load_policy(toy_warm[0])
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    assert trainer.ref_model is None  # no second copy with PEFT
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if n in trainable}
+    reports = trainer.run(3, progress=False)
+    assert all(r.metrics.get("kl", 0.0) >= 0.0 for r in reports) and any("kl" in r.metrics for r in reports)
+    changed = [n for n, p in trainer.model.named_parameters() if n in trainable and not torch.equal(before[n], p)]
+    assert len(changed) == len(trainable)
+    frozen = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
+              for n, p in trainer.model.named_parameters() if n not in trainable}
+    assert all(torch.equal(base[n], frozen[n]) for n in base)

@@ -1,0 +1,71 @@
+"""A training process for the resume and multi-process tests (run as a script, not collected).
+
+    python tests/train_worker.py --policy DIR --ckpt DIR --steps 4 [--resume] --out FILE
+    accelerate launch --cpu --num_processes 2 tests/train_worker.py --policy DIR --steps 1 --out FILE
+
+Trains on the toy environment, saves a checkpoint after every step, writes `progress` (the step
+being run) beside the checkpoint, and at the end writes per process: the history, a hash of the
+weights and the task ids this process rolled out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def weights_hash(model) -> str:
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().float().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--policy", required=True)
+    ap.add_argument("--ckpt", default=None)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # the same arithmetic order in every run
+
+    from orchlib.envs.toy import toy_tasks, toy_toolbox
+    from orchlib.models import load_policy
+    from orchlib.reward import Reward
+    from orchlib.rollout import RolloutConfig
+    from orchlib.train import GRPOConfig, Trainer
+
+    rc = RolloutConfig(max_turns=2, max_new_tokens=24, tool_schema="compact", tool_latency="declared")
+    cfg = GRPOConfig(rollout=rc, learning_rate=1e-3, kl_coef=0.05, tasks_per_step=4, group_size=4, seed=3)
+    tasks, tools = toy_tasks(), toy_toolbox()
+    reward = Reward.from_string("name: accuracy\nreward: outcome")
+    if args.resume:
+        trainer = Trainer.resume(args.ckpt, tasks, tools, reward)
+    else:
+        trainer = Trainer(load_policy(args.policy), tasks, tools, reward, cfg)
+    seen: list[str] = []
+    while trainer.step_count < args.steps:
+        if args.ckpt and trainer.accelerator.is_main_process:
+            Path(args.ckpt).parent.joinpath("progress").write_text(str(trainer.step_count + 1))
+        report = trainer.step()
+        seen += sorted({t.task_id for t in report.trajectories})
+        if args.ckpt:
+            trainer.save(args.ckpt)
+    rank = trainer.accelerator.process_index
+    out = {"rank": rank, "world": trainer.accelerator.num_processes, "history": trainer.history,
+           "weights": weights_hash(trainer.accelerator.unwrap_model(trainer.model)), "tasks": seen}
+    Path(f"{args.out}.{rank}").write_text(json.dumps(out))
+    trainer.accelerator.end_training()
+    os._exit(0)  # skip interpreter teardown of the process group
+
+
+if __name__ == "__main__":
+    main()
