@@ -47,6 +47,7 @@ def test_same_via_sympy_row_by_row(reward):
 def test_default_preference_and_dict_preference(reward):
     # file default: outcome 1, cost .5, latency .5, no tool weights
     np.testing.assert_allclose(reward(GROUP), [1 + .4 + .375, 1.0, 0.0, 1 + .2 + .25], rtol=1e-12)
+    np.testing.assert_allclose(reward(GROUP, P={}), reward(GROUP), rtol=0)  # {} = no P given
     as_dict = {"outcome": 1.0, "cost": 1.0, "latency": 0.5, "tools": {"search": 0.2, "gpt5": -0.4}}
     np.testing.assert_allclose(reward(GROUP, P=as_dict), EXPECTED, rtol=1e-12)
 

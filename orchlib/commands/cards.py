@@ -1,6 +1,9 @@
-"""`orchlib cards list|show|validate|export`: look at, check and convert tool cards.
+"""`orchlib cards list|show|validate|export|describe`: look at, check, convert and describe tool cards.
 
 `validate` prints one line per problem (`file:line: field: problem`) and exits 2 when there is any.
+`describe` tries a card's tool on sampled tasks and writes its description from the results
+(orchlib.describe); bad input exits 2, a failing describer model exits 1, and either way the card file
+is left as it was.
 """
 
 from __future__ import annotations
@@ -40,6 +43,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--with-costs", action="store_true", help="append price and latency to descriptions")
     exp.add_argument("--out", help="write to this file instead of standard output")
     exp.set_defaults(handler=run_export)
+
+    desc = cmds.add_parser("describe", help="try a card's tool on sampled tasks and write its description "
+                                            "from the results (the card file is rewritten, comments kept)")
+    desc.add_argument("card", help="card file, or a card name looked up in --cards")
+    desc.add_argument("--tasks", required=True, help="tasks JSONL, as written by orchlib.tasks.save_tasks "
+                                                     "(the default suite's: make_suite(0).save(folder))")
+    desc.add_argument("--n", type=int, default=40, help="tasks to try, stratified by category (default 40)")
+    desc.add_argument("--describer", help="an llm card file whose model writes the text "
+                                          "(default: an offline template over the statistics)")
+    desc.add_argument("--seed", type=int, default=0, help="which tasks are drawn (default 0)")
+    desc.add_argument("--cards", default="toolcards", help="folder to look a card name up in")
+    desc.set_defaults(handler=run_describe)
 
 
 def _load(path: str):
@@ -107,6 +122,38 @@ def run_export(args: argparse.Namespace) -> int:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
     else:
         print(text)
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    from orchlib.cards import CardError, load_card
+    from orchlib.cli import UsageError
+    from orchlib.describe import DescribeError, DescriberError, describe_file
+    from orchlib.describe_stats import stats_table
+    from orchlib.tasks import TaskFileError
+
+    path = Path(args.card)
+    if not path.is_file():
+        found = {c.name: c for c in _load(args.cards)} if Path(args.cards).is_dir() else {}
+        if args.card not in found:
+            raise UsageError(f"{args.card}: no such card file, and no card of that name in {args.cards}")
+        path = found[args.card].source
+    try:
+        describer = load_card(args.describer) if args.describer else None
+        result = describe_file(path, args.tasks, n=args.n, describer=describer, seed=args.seed)
+    except DescriberError as e:  # the model failed, the input was fine: a failed run, not bad input
+        print(f"orchlib cards describe: {e} ({path} unchanged)", file=sys.stderr)
+        return 1
+    except (CardError, DescribeError, TaskFileError) as e:
+        raise UsageError(f"{e} ({path} unchanged)") from None
+    except OSError as e:
+        raise UsageError(f"{e.filename or args.tasks}: {e.strerror or e} ({path} unchanged)") from None
+    stats = result.stats
+    print(f"{stats.tool}: tried on {stats.n} task(s) from {stats.task_source}"
+          + (f"; skipped {stats.skipped} without arguments for it" if stats.skipped else ""))
+    print(stats_table(stats))
+    print(f"\ndescription ({result.card.auto_description['method']}):\n{result.description}")
+    print(f"\nwrote {result.path} (the previous description is in auto_description.history)")
     return 0
 
 

@@ -161,7 +161,7 @@ def run_program(program: Program, values: Mapping[str, Any], zero: str | None = 
         for step in program.steps:
             value = step.fn(*(env[a] for a in step.args))
             if step.name == zero:
-                value = np.zeros(np.shape(value)) if program.backend == "numpy" else value.new_zeros(value.shape)
+                value = np.zeros(np.shape(value))  # explain() evaluates with numpy only
             if shape is not None and program.backend == "numpy":
                 value = np.broadcast_to(np.asarray(value, dtype=np.float64), shape)
             env[step.name] = out[step.name] = value

@@ -95,8 +95,11 @@ def features(group: Sequence[Any], names: Iterable[str] | None = None) -> dict[s
 
 
 def as_preference(P: PreferenceLike, default: Preference) -> Preference:
-    """A Preference from a Preference, a dict of the same shape, or None (the default)."""
-    if P is None:
+    """A Preference from a Preference, a dict of the same shape, or None (the default).
+
+    An empty dict counts as None: `Trajectory.preference` is `{}` when the task carried no P.
+    """
+    if P is None or (isinstance(P, Mapping) and not P):
         return default
     if isinstance(P, Preference):
         return P
