@@ -1,5 +1,51 @@
-"""orchlib."""
+"""orchlib: train and study LLM orchestrators (ToolOrchestra-style) in notebooks.
 
-from orchlib.describe import DescribeResult, describe, describe_file
+The public API, listed explicitly. Heavy modules (torch, transformers) load when first used, so
+`import orchlib` stays quick for the command line and notebooks.
+"""
 
-__all__ = ["describe", "describe_file", "DescribeResult"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # records and formats
+    "ToolCall": "orchlib.trajectory", "Observation": "orchlib.trajectory", "Turn": "orchlib.trajectory",
+    "Trajectory": "orchlib.trajectory", "read_jsonl": "orchlib.trajectory", "write_jsonl": "orchlib.trajectory",
+    "parse_tool_calls": "orchlib.chat", "ToolCallParseError": "orchlib.chat",
+    # tasks and preferences
+    "Task": "orchlib.tasks", "Golden": "orchlib.tasks", "Preference": "orchlib.tasks", "PROFILES": "orchlib.tasks",
+    "load_tasks": "orchlib.tasks", "save_tasks": "orchlib.tasks",
+    "make_suite": "orchlib.envs", "SUITES": "orchlib.envs",
+    # tools
+    "ToolCard": "orchlib.cards", "load_card": "orchlib.cards", "load_cards": "orchlib.cards",
+    "save_card": "orchlib.cards", "validate_cards": "orchlib.cards", "CardError": "orchlib.cards",
+    "Toolbox": "orchlib.tools", "ToolContext": "orchlib.tools", "build_tool": "orchlib.tools",
+    # models and engines
+    "build_default_policy": "orchlib.models", "load_policy": "orchlib.models",
+    "TransformersEngine": "orchlib.engines", "SamplingParams": "orchlib.engines",
+    # rollout, reward, training, evaluation
+    "rollout": "orchlib.rollout", "RolloutConfig": "orchlib.rollout",
+    "Reward": "orchlib.reward", "RewardSyntaxError": "orchlib.reward",
+    "Trainer": "orchlib.train", "GRPOConfig": "orchlib.train", "LoraSettings": "orchlib.train",
+    "SFTConfig": "orchlib.train", "golden_trajectories": "orchlib.train", "sft_train": "orchlib.train",
+    "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'orchlib' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -17,6 +17,9 @@ COMMANDS: dict[str, str] = {
     "info": "orchlib.commands.info",
     "cards": "orchlib.commands.cards",
     "reward": "orchlib.commands.reward",
+    "train": "orchlib.commands.train",
+    "eval": "orchlib.commands.eval",
+    "demo": "orchlib.commands.demo",
 }
 
 

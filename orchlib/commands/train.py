@@ -1,0 +1,42 @@
+"""`orchlib train --config FILE`: a training run from a YAML file of the API's config objects."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train an orchestrator from a YAML config (SFT warm start + GRPO)",
+                       description="Fields: policy, cards, reward, tasks, suite_seed, steps, warm_start (SFTConfig), "
+                                   "grpo (GRPOConfig, with rollout: RolloutConfig), out, save_every. A rerun with "
+                                   "the same `out` resumes from its checkpoint. Example: examples/train_tiny.yaml.")
+    p.add_argument("--config", required=True, help="YAML file")
+    p.add_argument("--steps", type=int, default=None, help="override the file's steps")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from orchlib.cli import UsageError
+    from orchlib.configfile import ConfigFileError, load_config
+    from orchlib.train.run import RunConfig, run_training
+
+    try:
+        cfg = load_config(args.config, RunConfig)
+    except ConfigFileError as e:
+        raise UsageError(str(e)) from None
+    if args.steps is not None:
+        cfg = cfg.model_copy(update={"steps": args.steps})
+    for field in ("cards", "reward", "tasks"):
+        values = getattr(cfg, field)
+        for value in [values] if isinstance(values, str) else values or []:
+            if not Path(value).exists():
+                raise UsageError(f"{args.config}: {field}: {value} does not exist")
+    trainer = run_training(cfg)
+    out = Path(cfg.out)
+    (out / "history.json").write_text(json.dumps(trainer.history, indent=1))
+    last = trainer.history[-1] if trainer.history else {}
+    print(f"trained {trainer.step_count} steps; reward {last.get('reward', float('nan')):.3f}, "
+          f"accuracy {last.get('accuracy', float('nan')):.2f}; checkpoint in {out / 'checkpoint'}")
+    return 0

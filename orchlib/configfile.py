@@ -1,0 +1,66 @@
+"""Load a YAML file into a frozen pydantic config, with errors that name the file, line and field."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+
+__all__ = ["ConfigFileError", "load_config"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigFileError(ValueError):
+    """`FILE:LINE: field: problem` — one line a person can act on."""
+
+
+def load_config(path: str | os.PathLike, model: type[M]) -> M:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigFileError(f"{path}: no such file")
+    try:
+        tree = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
+    except YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise ConfigFileError(f"{path}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(tree, dict):
+        raise ConfigFileError(f"{path}:1: expected a mapping of settings, got {type(tree).__name__}")
+    try:
+        return model.model_validate(_plain(tree))
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"])
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
+        field = ".".join(str(x) for x in loc) or "(file)"
+        raise ConfigFileError(f"{path}:{_line(tree, loc)}: {field}: {msg}") from None
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    for t in (bool, int, float, str):
+        if isinstance(obj, t):
+            return t(obj)
+    return obj
+
+
+def _line(tree: Any, loc: tuple[Any, ...]) -> int:
+    """1-based line of the deepest part of `loc` present in the file."""
+    line, node = tree.lc.line, tree
+    for part in loc:
+        if isinstance(node, CommentedMap) and part in node:
+            line, node = node.lc.key(part)[0], node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line, node = node.lc.item(part)[0], node[part]
+        else:
+            break
+    return line + 1

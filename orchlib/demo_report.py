@@ -1,0 +1,146 @@
+"""The demo's numbers, table and files (metrics.json, trajectories.jsonl, report.html)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchlib.evaluate import format_table
+from orchlib.tasks import Preference
+from orchlib.trajectory import write_jsonl
+
+__all__ = ["summarize_demo", "write_outputs", "rewards_across_policies", "generalist_share"]
+
+EXPENSIVE = "generalist"
+
+
+def _by_profile(trajs) -> dict[str, list]:
+    out: dict[str, list] = defaultdict(list)
+    for t in trajs:
+        out[str(t.preference.get("name", ""))].append(t)
+    return dict(out)
+
+
+def generalist_share(trajs, tool: str = EXPENSIVE) -> float:
+    """Share of all tool calls that went to `tool`."""
+    total = sum(sum(t.calls.values()) for t in trajs)
+    return sum(t.calls.get(tool, 0) for t in trajs) / total if total else 0.0
+
+
+def _numbers(trajs) -> dict[str, Any]:
+    n = max(len(trajs), 1)
+    calls: dict[str, float] = defaultdict(float)
+    for t in trajs:
+        for k, v in t.calls.items():
+            calls[k] += v / n
+    return {"n": len(trajs), "accuracy": sum(t.outcome for t in trajs) / n,
+            "cost_usd": sum(t.cost_usd for t in trajs) / n, "latency_s": sum(t.latency_s for t in trajs) / n,
+            "calls": dict(sorted(calls.items())), "generalist_share": generalist_share(trajs),
+            "errors_per_task": sum(t.num_errors for t in trajs) / n}
+
+
+def rewards_across_policies(runs: dict[str, list], reward) -> dict[str, dict[str, float]]:
+    """Mean reward per policy and profile when each task's group is every policy's runs of that task
+    (the group-normalised reward needs a group; here it is the policies compared)."""
+    by_task: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for name, trajs in runs.items():
+        for t in trajs:
+            by_task[t.task_id][name].append(t)
+    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for per_policy in by_task.values():
+        names = [n for n in runs if n in per_policy]
+        group = [t for n in names for t in per_policy[n]]
+        P = Preference.model_validate(group[0].preference)
+        values = np.asarray(reward(group, P=P), dtype=float)
+        i = 0
+        for n in names:
+            k = len(per_policy[n])
+            sums[n][P.name] += values[i:i + k].tolist()
+            i += k
+    return {n: {p: float(np.mean(v)) for p, v in sorted(ps.items())} for n, ps in sums.items()}
+
+
+def summarize_demo(config, before, after, baselines, checks, history, sft, wall, reward) -> dict[str, Any]:
+    runs = {"before RL": before.trajectories, "orchestrator": after.trajectories,
+            **{n: r.trajectories for n, r in baselines.items()}}
+    policies: dict[str, dict[str, Any]] = {}
+    for name, trajs in runs.items():
+        policies[name] = {"all": _numbers(trajs), **{p: _numbers(ts) for p, ts in sorted(_by_profile(trajs).items())}}
+    across = rewards_across_policies({k: v for k, v in runs.items() if k != "before RL"}, reward)
+    rewards = [h["reward"] for h in history]
+    share = {p: policies["orchestrator"][p]["generalist_share"] for p in ("accuracy", "thrifty")}
+    before_share = {p: policies["before RL"][p]["generalist_share"] for p in ("accuracy", "thrifty")}
+    first10, last10 = (float(np.mean(rewards[:10])) if rewards else float("nan"),
+                       float(np.mean(rewards[-10:])) if rewards else float("nan"))
+    m: dict[str, Any] = {
+        "config": config.model_dump(), "seed": config.seed, "policies": policies, "reward_across": across,
+        "controllability_points": 100 * (share["accuracy"] - share["thrifty"]),
+        "controllability_points_before_rl": 100 * (before_share["accuracy"] - before_share["thrifty"]),
+        "reward_first10": first10, "reward_last10": last10, "format": checks,
+        "sft_loss_first": sft.losses[0] if sft.losses else None, "sft_loss_last": sft.losses[-1] if sft.losses else None,
+        "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
+        "entropy_last": history[-1].get("entropy") if history else None,
+        "kl_last": history[-1].get("kl") if history else None,
+    }
+    thrifty_r = {n: across[n].get("thrifty", float("nan")) for n in across}
+    m["checks"] = {
+        "well_formed_turns>=0.95": checks["well_formed_turns"] >= 0.95,
+        "arithmetic_copy>=0.90": checks["arithmetic_copy_exact"] >= 0.90,
+        "thrifty_reward>strongest": thrifty_r["orchestrator"] > thrifty_r.get("strongest", float("inf")),
+        "accuracy>cheapest": policies["orchestrator"]["all"]["accuracy"] > policies["cheapest"]["all"]["accuracy"],
+        "controllability>=30": m["controllability_points"] >= 30,
+        "reward_last10>first10": last10 > first10,
+    }
+    return m
+
+
+def _table(m: dict[str, Any]) -> str:
+    tools = sorted({k for p in m["policies"].values() for k in p["all"]["calls"]})
+    header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools]]
+    rows = []
+    for name, per in m["policies"].items():
+        for prof in ("accuracy", "thrifty"):
+            if prof not in per:
+                continue
+            x = per[prof]
+            r = m["reward_across"].get(name, {}).get(prof)
+            rows.append([name, prof, f"{x['accuracy']:.2f}", f"{x['cost_usd']:.5f}", f"{x['latency_s']:.2f}",
+                         "-" if r is None else f"{r:.3f}", *[f"{x['calls'].get(t, 0):.2f}" for t in tools]])
+    lines = [format_table(header, rows),
+             "* ToolOrchestra reward, each task's group = the compared policies' runs of it",
+             f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "
+             f"(before RL: {m['controllability_points_before_rl']:.1f})",
+             f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
+             f"{100 * m['format']['arithmetic_copy_exact']:.1f}%",
+             f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f}",
+             "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items()) + f"; total {m['wall_total_s']:.1f}s",
+             "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]
+    return "\n".join(lines)
+
+
+def _atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_outputs(out: Path, metrics, after, baselines, history, reward) -> str:
+    table = _table(metrics)
+    _atomic(out / "metrics.json", json.dumps(metrics, indent=1, default=float) + "\n")
+    _atomic(out / "table.txt", table + "\n")
+    write_jsonl(after.trajectories, out / "trajectories.jsonl")
+    from orchlib.demo_html import report_html
+
+    _atomic(out / "report.html", report_html(metrics, after, baselines, history))
+    return table

@@ -1,0 +1,585 @@
+"""Notebook panels over the public API: `TrainerPanel`, `RewardPlayground`, `ToolCardEditor`.
+
+Each is an ipywidgets `VBox`: make one the last expression of a cell to show it. They call what a
+script calls (`Trainer.step`, `Reward.from_string` / `explain` / `latex`, `save_card`) and show the
+figures of `orchlib.viz`, so whatever a panel shows can be reproduced without it.
+
+    panel = TrainerPanel(trainer)            # Step, Run N, Pause; live charts; trajectory browser; P sliders
+    RewardPlayground("rewards/toolorchestra.yaml")
+    ToolCardEditor("toolcards/calculator.yaml")
+
+Charts are plotly figures shown through an `Output` widget as plotly's own mime bundle
+(`application/vnd.plotly.v1+json`, rendered by the jupyterlab-plotly extension that ships with
+plotly). `go.FigureWidget` is not used: from plotly 6 on it needs the `anywidget` package, which is
+not a dependency; redrawing a small figure after each step costs nothing next to the step itself.
+
+Threads: `TrainerPanel.run(n)` trains in a background thread, one `trainer.step()` at a time under a
+lock, and checks the pause flag between steps, so the notebook stays usable and Pause takes effect
+after at most one step. Widgets are updated from that thread (ipywidgets sends the updates over the
+kernel's IOPub channel, which any thread may use).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from pydantic import ValidationError
+
+from orchlib import viz
+from orchlib.cards import CardError, ToolCard, load_card, save_card
+from orchlib.reward import Reward
+from orchlib.tasks import PROFILES, Preference
+from orchlib.trajectory import Trajectory
+
+__all__ = ["TrainerPanel", "RewardPlayground", "ToolCardEditor", "trajectory_html", "sample_group", "reward_text"]
+
+_ERROR_STYLE = "color:#b00020"
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _figure_output(fig: go.Figure) -> dict[str, Any]:
+    """An nbformat display_data output carrying the figure as plotly's mime type."""
+    spec = json.loads(fig.to_json())  # to_json turns numpy arrays into lists: the comm needs plain JSON
+    spec["config"] = {"responsive": True, "displaylogo": False}
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"application/vnd.plotly.v1+json": spec, "text/plain": f"<{fig.layout.title.text or 'figure'}>"}}
+
+
+def _show(out: widgets.Output, fig: go.Figure) -> None:
+    # Setting `outputs` (rather than `with out: display(fig)`) works from any thread.
+    out.outputs = (_figure_output(fig),)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _money(x: float) -> str:
+    return f"${x:.3g}"
+
+
+def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
+    """A trajectory as readable HTML: the prompt, each turn's text, its calls and what each tool
+    returned (cost USD, latency s, errors in red), then the final answer and the totals."""
+    p = t.preference or {}
+    head = (f"<b>{_e(t.task_id)}</b> #{t.group_index} · {_e(t.category)} · P: {_e(p.get('name', 'default'))} "
+            f"(accuracy={p.get('outcome', 1):g}, cost={p.get('cost', 0):g}, latency={p.get('latency', 0):g}"
+            + "".join(f", {_e(k)}={v:g}" for k, v in sorted((p.get("tools") or {}).items())) + ")")
+    parts = [f"<div>{head}</div>", f"<div style='margin:4px 0'><b>user</b>: {_e(t.prompt)}</div>"]
+    for i, turn in enumerate(t.turns, 1):
+        parts.append(f"<div style='margin:4px 0'><b>assistant</b> (turn {i}) · {turn.tokens_out} ids · "
+                     f"{turn.gen_latency_s:.3g} s · turn {_money(turn.cost_usd)}, {turn.latency_s:.3g} s"
+                     f"<pre style='white-space:pre-wrap;margin:2px 0'>{_e(turn.text)}</pre></div>")
+        for call in turn.calls:
+            parts.append(f"<div style='margin-left:1.5em'>→ call <b>{_e(call.name)}</b>"
+                         f"({_e(json.dumps(call.arguments, ensure_ascii=False))})</div>")
+        for o in turn.observations:
+            label = f" [{_e(o.label)}]" if o.label else ""
+            if o.error:
+                body = f"<span style='{_ERROR_STYLE}'>error ({_e(o.error_kind)}): {_e(o.error)}</span>"
+            else:
+                body = f"<pre style='white-space:pre-wrap;margin:2px 0'>{_e(o.content)}</pre>"
+            parts.append(f"<div style='margin-left:1.5em'>← <b>{_e(o.tool or 'orchestrator')}</b>{label} · "
+                         f"{_money(o.cost_usd)} · {o.latency_s:.3g} s{' · final' if o.final else ''}{body}</div>")
+    score = "" if reward is None else f" · reward {reward:.4g}"
+    parts.append(f"<div style='margin-top:4px'><b>answer</b>: {_e(t.final_answer)} · outcome {t.outcome:g} · "
+                 f"finish: {_e(t.finish_reason)} · total {_money(t.cost_usd)}, {t.latency_s:.3g} s{score}</div>")
+    return "<div class='orchlib-trajectory'>" + "".join(parts) + "</div>"
+
+
+# ---------------------------------------------------------------------------------------------- trainer panel
+class TrainerPanel(widgets.VBox):
+    """Drive a `Trainer` from a notebook: Step, Run N and Pause; reward and tool-mix charts redrawn
+    after every step; a browser over the last steps' trajectories; preference sliders.
+
+    Preference sliders set P for the *next* steps: the panel replaces `trainer.tasks` with copies of
+    the tasks it was given, each carrying the sliders' P (`task.model_copy(update={"preference": P})`),
+    since the trainer draws each step's tasks from `trainer.tasks`. A step already running keeps its
+    P. "Tasks' own P" puts the original tasks back. The same is `panel.set_preference(P or None)`.
+    With `GRPOConfig.paired_profiles` the trainer sets P itself, so the sliders are disabled.
+
+    `background=False` runs steps in the calling thread (scripts, tests); by default they run in a
+    background thread (see the module docstring) and `wait()` blocks until the run ends.
+    """
+
+    def __init__(self, trainer, *, run_steps: int = 10, keep_reports: int = 20, background: bool = True):
+        self.trainer = trainer
+        self.background = background
+        self.keep_reports = keep_reports
+        self.reports: list = []            # the last `keep_reports` StepReports, for the browser
+        self.error: BaseException | None = None
+        self.error_traceback = ""
+        self.preference: Preference | None = None   # None: every task keeps its own P
+        self.reward_figure = viz.reward_curves(trainer.history)
+        self.mix_figure = viz.tool_mix_over_steps(trainer.history)
+        self._tasks = list(trainer.tasks)
+        self._step_lock = threading.Lock()  # one trainer.step() at a time, whoever asks
+        self._ui_lock = threading.RLock()   # the worker and the kernel thread both redraw
+        self._pause = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._state = "idle"
+        self._quiet = False                 # set while the panel itself refills the rollout menu
+
+        self.step_button = widgets.Button(description="Step", icon="step-forward", tooltip="one GRPO step")
+        self.run_button = widgets.Button(description="Run", icon="play", tooltip="run N steps")
+        self.n_steps = widgets.BoundedIntText(value=run_steps, min=1, max=100_000, description="N",
+                                              layout=widgets.Layout(width="130px"))
+        self.pause_button = widgets.Button(description="Pause", icon="pause", disabled=True,
+                                           tooltip="stop after the step that is running")
+        self.status = widgets.HTML()
+        self.reward_chart = widgets.Output(layout=widgets.Layout(width="50%"))
+        self.mix_chart = widgets.Output(layout=widgets.Layout(width="50%"))
+        self.reward_chart.add_class("orchlib-reward-chart")
+        self.mix_chart.add_class("orchlib-mix-chart")
+        self.step_picker = widgets.Dropdown(options=[], description="step", layout=widgets.Layout(width="180px"))
+        self.rollout_picker = widgets.Dropdown(options=[], description="rollout", layout=widgets.Layout(width="520px"))
+        self.conversation = widgets.HTML()
+        self.timeline_chart = widgets.Output()
+        self.sliders = self._make_sliders()
+        self.own_p_button = widgets.Button(description="Tasks' own P", tooltip="each task keeps the P it came with")
+        self.preference_label = widgets.HTML()
+        self.preference_label.add_class("orchlib-preference")
+
+        self.step_button.on_click(lambda _: self.run(1))
+        self.run_button.on_click(lambda _: self.run(self.n_steps.value))
+        self.pause_button.on_click(lambda _: self.pause())
+        self.own_p_button.on_click(lambda _: self.set_preference(None))
+        self.step_picker.observe(self._on_step_picked, names="value")
+        self.rollout_picker.observe(self._on_rollout_picked, names="value")
+        for s in self.sliders.values():
+            s.observe(self._on_slider, names="value")
+        if trainer.config.paired_profiles:
+            for s in self.sliders.values():
+                s.disabled = True
+            self.own_p_button.disabled = True
+
+        controls = widgets.HBox([self.step_button, self.n_steps, self.run_button, self.pause_button])
+        prefs = widgets.VBox([widgets.HTML("<b>Preference P for the next steps</b>"),
+                              widgets.HBox(list(self.sliders.values()), layout=widgets.Layout(flex_flow="row wrap")),
+                              widgets.HBox([self.own_p_button, self.preference_label])])
+        pickers = widgets.HBox([self.step_picker, self.rollout_picker])
+        browser = widgets.VBox([widgets.HTML("<b>Trajectories</b>"), pickers, self.conversation, self.timeline_chart])
+        super().__init__([controls, self.status, widgets.HBox([self.reward_chart, self.mix_chart]), prefs, browser])
+        self.add_class("orchlib-trainer-panel")
+        self._redraw()
+
+    # ------------------------------------------------------------------ what a script calls
+    @property
+    def running(self) -> bool:
+        return self._worker is not None and self._worker.is_alive()
+
+    def step(self):
+        """One `trainer.step()` now, in this thread (waits for a step already running); redraws."""
+        with self._step_lock:
+            report = self.trainer.step()
+        self._record(report)
+        return report
+
+    def run(self, n: int) -> threading.Thread | None:
+        """Run `n` steps, pausable between steps. Returns at once with the background thread (or after
+        the steps when `background=False`); a second run while one is going is ignored."""
+        if self.running:
+            return self._worker
+        self._pause.clear()
+        self.error, self.error_traceback = None, ""
+        self._set_state("running")
+        if not self.background:
+            self._loop(int(n))
+            return None
+        self._worker = threading.Thread(target=self._loop, args=(int(n),), name="orchlib-trainer-panel", daemon=True)
+        self._worker.start()
+        return self._worker
+
+    def pause(self) -> None:
+        """Stop the run after the step that is running (the UI never waits longer than one step)."""
+        self._pause.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the background run ends; False if it is still running after `timeout` s."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+        return not self.running
+
+    def set_preference(self, P: Preference | None) -> None:
+        """Every task carries `P` from the next step on (None: each task's own P again)."""
+        self.preference = P
+        if P is None:
+            self.trainer.tasks = list(self._tasks)
+        else:
+            self.trainer.tasks = [t.model_copy(update={"preference": P}) for t in self._tasks]
+        self._show_preference()
+
+    # ------------------------------------------------------------------ the run
+    def _loop(self, n: int) -> None:
+        done = 0
+        try:
+            while done < n and not self._pause.is_set():
+                self.step()
+                done += 1
+        except Exception as e:  # shown in the panel and kept on it, never swallowed
+            self.error, self.error_traceback = e, traceback.format_exc()
+        finally:
+            self._set_state("error" if self.error else "paused" if done < n else "idle")
+
+    def _record(self, report) -> None:
+        with self._ui_lock:
+            self.reports = (self.reports + [report])[-self.keep_reports:]
+            self._redraw(new_report=True)
+
+    # ------------------------------------------------------------------ drawing
+    def _set_state(self, state: str) -> None:
+        with self._ui_lock:
+            self._state = state
+            busy = state == "running"
+            self.step_button.disabled = self.run_button.disabled = busy
+            self.pause_button.disabled = not busy
+            self._draw_status()
+
+    def _draw_status(self) -> None:
+        h = self.trainer.history
+        step = self.trainer.step_count
+        last = h[-1] if h else {}
+        nums = (f" · reward {last['reward']:.3f} · accuracy {last.get('accuracy', 0):.2f} · "
+                f"{_money(last.get('cost_usd', 0))}/rollout · {last.get('time/step', 0):.1f} s/step") if last else ""
+        err = (f"<div style='{_ERROR_STYLE}'>step failed: {_e(type(self.error).__name__)}: {_e(self.error)}</div>"
+               if self.error else "")
+        self.status.value = (f"<div class='orchlib-status' data-step='{step}' data-points='{len(h)}' "
+                             f"data-state='{self._state}'><b>step {step}</b>{nums} · {self._state}</div>{err}")
+
+    def _redraw(self, new_report: bool = False) -> None:
+        with self._ui_lock:
+            self._draw_status()
+            self.reward_figure = viz.reward_curves(self.trainer.history, keys=("accuracy",))
+            self.mix_figure = viz.tool_mix_over_steps(self.trainer.history)
+            for fig in (self.reward_figure, self.mix_figure):
+                fig.update_layout(height=320, margin={"l": 50, "r": 10, "t": 40, "b": 40})
+            _show(self.reward_chart, self.reward_figure)
+            _show(self.mix_chart, self.mix_figure)
+            self._show_preference()
+            if new_report:
+                follow = self.step_picker.value in (None, *[o[1] for o in self.step_picker.options[-1:]])
+                options = [(f"step {r.step}", r.step) for r in self.reports]
+                current = self.step_picker.value
+                self.step_picker.options = options
+                if follow or current not in [o[1] for o in options]:
+                    self.step_picker.value = options[-1][1]
+                else:
+                    self.step_picker.value = current
+
+    def _report(self, step: int | None):
+        return next((r for r in self.reports if r.step == step), None)
+
+    def _on_step_picked(self, change) -> None:
+        with self._ui_lock:
+            report = self._report(change["new"])
+            if report is None:
+                self.rollout_picker.options = []
+                return
+            rewards = list(report.rewards) + [None] * (len(report.trajectories) - len(report.rewards))
+            self._quiet = True
+            try:
+                self.rollout_picker.options = [
+                    (f"#{i} {t.task_id} g{t.group_index} · reward {r if r is None else round(r, 3)} · "
+                     f"outcome {t.outcome:g} · {t.finish_reason}", i)
+                    for i, (t, r) in enumerate(zip(report.trajectories, rewards))]
+                if report.trajectories:
+                    self.rollout_picker.value = 0
+            finally:
+                self._quiet = False
+            if report.trajectories:
+                self._show_rollout(report, 0)
+
+    def _on_rollout_picked(self, change) -> None:
+        with self._ui_lock:
+            report = self._report(self.step_picker.value)
+            if not self._quiet and report is not None and change["new"] is not None:
+                self._show_rollout(report, change["new"])
+
+    def _show_rollout(self, report, i: int) -> None:
+        t = report.trajectories[i]
+        r = report.rewards[i] if i < len(report.rewards) else None
+        self.conversation.value = trajectory_html(t, r)
+        fig = viz.timeline(t)
+        fig.update_layout(height=120 + 28 * len(fig.data[0].y), margin={"l": 10, "r": 10, "t": 40, "b": 40})
+        _show(self.timeline_chart, fig)
+
+    # ------------------------------------------------------------------ preference sliders
+    def _make_sliders(self) -> dict[str, widgets.FloatSlider]:
+        first = next((t.preference for t in self._tasks if t.preference is not None), None) or Preference()
+        offered = sorted({n for t in self._tasks for n in (t.tools if t.tools is not None
+                                                             else self.trainer.toolbox.names)})
+        style = {"description_width": "70px"}
+        lay = widgets.Layout(width="300px")
+
+        def slider(desc: str, value: float, lo: float, hi: float) -> widgets.FloatSlider:
+            return widgets.FloatSlider(value=value, min=lo, max=hi, step=0.05, description=desc,
+                                       continuous_update=False, style=style, layout=lay, readout_format=".2f")
+
+        out = {"outcome": slider("accuracy", first.outcome, 0, 2), "cost": slider("cost", first.cost, 0, 2),
+               "latency": slider("latency", first.latency, 0, 2)}
+        for tool in offered:  # ToolOrchestra's P also weighs each tool's calls, positive or negative
+            out[f"tools/{tool}"] = slider(tool, first.tools.get(tool, 0.0), -1, 1)
+        return out
+
+    def slider_preference(self) -> Preference:
+        """The P the sliders show."""
+        v = {k: float(s.value) for k, s in self.sliders.items()}
+        tools = {k.split("/", 1)[1]: w for k, w in v.items() if k.startswith("tools/") and w != 0}
+        return Preference(name="panel", outcome=v["outcome"], cost=v["cost"], latency=v["latency"], tools=tools)
+
+    def _on_slider(self, change) -> None:
+        self.set_preference(self.slider_preference())
+
+    def _show_preference(self) -> None:
+        if self.trainer.config.paired_profiles:
+            text = f"set by the trainer: paired profiles {', '.join(self.trainer.config.paired_profiles)}"
+        elif self.preference is None:
+            text = "each task's own P"
+        else:
+            text = self.preference.render()
+        self.preference_label.value = f"<span class='orchlib-p'>{_e(text)}</span>"
+
+
+# ---------------------------------------------------------------------------------------------- reward playground
+def sample_group() -> list[Trajectory]:
+    """Four made-up rollouts of one task that differ in every way a reward reads: right or wrong,
+    cheap or dear, fast or slow, and which tools they called. For trying rewards out."""
+    rows = [(1.0, 0.0002, 1.5, {"calculator": 1}), (1.0, 0.0150, 32.0, {"generalist": 1}),
+            (0.0, 0.0004, 3.0, {"specialist": 1}), (1.0, 0.0008, 6.0, {"calculator": 1, "specialist": 1})]
+    return [Trajectory(task_id="sample", group_index=i, outcome=o, cost_usd=c, latency_s=s, calls=calls,
+                       finish_reason="final_tool") for i, (o, c, s, calls) in enumerate(rows)]
+
+
+def _yaml_value(expr: str) -> str:
+    # Plain YAML unless the expression holds something YAML would read differently; then JSON quotes.
+    risky = ": " in expr or " #" in expr or expr[:1] in "!&*{}[]|>'\"%@`,?:#"
+    return json.dumps(expr) if risky else expr
+
+
+def reward_text(reward: Reward) -> str:
+    """The editable text of a reward: its expression alone, or `name:`, `terms:` and `reward:` when it
+    has named terms (its default P stays outside the text, with the playground)."""
+    if not reward.term_sources:
+        return reward.source
+    lines = [f"name: {_yaml_value(reward.name)}", "terms:"] + [f"  {k}: {_yaml_value(v)}" for k, v in reward.term_sources.items()]
+    return "\n".join(lines + [f"reward: {_yaml_value(reward.source)}"])
+
+
+def _as_reward(reward: Reward | str | os.PathLike) -> Reward:
+    if isinstance(reward, Reward):
+        return reward
+    if isinstance(reward, os.PathLike) or (isinstance(reward, str) and reward.endswith((".yaml", ".yml"))):
+        return Reward.load(reward)
+    return Reward.from_string(str(reward))
+
+
+class RewardPlayground(widgets.VBox):
+    """Edit a reward and see, at once, its LaTeX and what each term contributes on a sample group.
+
+    The text is a single expression or the `terms:` / `reward:` part of a reward file
+    (docs/rewards.md). A syntax error is shown under the editor with the line and a caret at the
+    column; the last reward that compiled stays in `.reward`. P is the reward's own default P, or a
+    named profile picked in the menu.
+    """
+
+    def __init__(self, reward: Reward | str | os.PathLike = "outcome", group: Sequence[Trajectory] | None = None,
+                 P: Preference | None = None):
+        self.reward = _as_reward(reward)
+        self.group = list(group) if group is not None else sample_group()
+        self.P = P
+        self.error: Exception | None = None
+        self.explanation = None
+        self.figure: go.Figure | None = None
+        self._default_P = P or self.reward.preference
+        self.editor = widgets.Textarea(value=reward_text(self.reward), continuous_update=False,
+                                       layout=widgets.Layout(width="100%", height="140px"))
+        self.evaluate_button = widgets.Button(description="Evaluate", icon="check")
+        choices = [(f"P: {self._default_P.name}", "")] + [(f"P: {n}", n) for n in PROFILES]
+        self.profile = widgets.Dropdown(options=choices, layout=widgets.Layout(width="200px"))
+        self.message = widgets.HTML()
+        self.message.add_class("orchlib-reward-message")
+        self.formula = widgets.HTMLMath()
+        self.table = widgets.HTML()
+        self.chart = widgets.Output()
+        self.editor.observe(lambda c: self.set_text(c["new"]), names="value")
+        self.evaluate_button.on_click(lambda _: self.set_text(self.editor.value))
+        self.profile.observe(self._on_profile, names="value")
+        super().__init__([self.editor, widgets.HBox([self.evaluate_button, self.profile]), self.message,
+                          self.formula, self.table, self.chart])
+        self.add_class("orchlib-reward-playground")
+        self._refresh()
+
+    def set_text(self, text: str) -> bool:
+        """Parse `text` as the reward; True when it compiled and evaluated (else the error is shown)."""
+        if self.editor.value != text:
+            self.editor.value = text  # the observer calls back here with the same text
+            return self.error is None
+        try:
+            reward = Reward.from_string(text)
+            reward(self.group, P=self._P())  # evaluate too: a reward that reads a missing P entry fails here
+        except ValueError as e:  # RewardSyntaxError, RewardFileError, RewardValueError
+            self.error = e
+            self.message.value = _error_html(text, e)
+            return False
+        self.reward, self.error = reward, None
+        self.message.value = ""
+        self._refresh()
+        return True
+
+    def _P(self) -> Preference:
+        name = self.profile.value
+        return PROFILES[name] if name else self._default_P
+
+    def _on_profile(self, change) -> None:
+        if self.error is None:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        r, P = self.reward, self._P()
+        terms = "".join(f"$$\\mathrm{{{name.replace('_', chr(92) + '_')}}} = {tex}$$"
+                        for name, tex in r.term_latex().items())
+        self.formula.value = f"$$R = {r.latex()}$$" + (f"<details><summary>terms</summary>{terms}</details>"
+                                                        if terms else "")
+        self.explanation = r.explain(self.group, P=P)
+        self.table.value = _explain_table(self.explanation, self.group)
+        self.figure = viz.explain_figure(self.explanation, labels=[f"#{t.group_index}" for t in self.group],
+                                         title=f"Each term's contribution under P = {P.name}")
+        self.figure.update_layout(height=340)
+        _show(self.chart, self.figure)
+
+
+def _error_html(text: str, e: Exception) -> str:
+    """The error, and the offending line of the text with a caret under the column when known."""
+    lines = text.splitlines() or [""]
+    line, col = getattr(e, "position", (getattr(e, "line", 0), 0))
+    where = ""
+    if 1 <= line <= len(lines):
+        caret = " " * max(col - 1, 0) + "^" if col else ""
+        where = f"<pre style='margin:2px 0'>{_e(lines[line - 1])}\n{caret}</pre>"
+    return f"<div class='orchlib-error' style='{_ERROR_STYLE}'>{_e(type(e).__name__)}: {_e(e)}{where}</div>"
+
+
+def _explain_table(e, group: Sequence[Trajectory]) -> str:
+    terms = list(e.contributions)
+    names = ["rollout", "outcome", "cost $", "latency s", "calls", *terms, "reward"]
+    head = "".join(f"<th>{_e(h)}</th>" for h in names)
+    rows = []
+    for i, t in enumerate(group):
+        calls = ", ".join(f"{k}×{v}" for k, v in sorted(t.calls.items())) or "-"
+        cells = [f"#{t.group_index}", f"{t.outcome:g}", f"{t.cost_usd:.4g}", f"{t.latency_s:.3g}", calls]
+        cells += [f"{e.contributions[n][i]:.4g}" for n in terms] + [f"<b>{e.reward[i]:.4g}</b>"]
+        rows.append("<tr>" + "".join(f"<td>{c if c.startswith('<b>') else _e(c)}</td>" for c in cells) + "</tr>")
+    return f"<table class='orchlib-explain'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+# ---------------------------------------------------------------------------------------------- card editor
+_PRICE_FIELDS = ("per_call", "per_m_input", "per_m_output", "per_second")
+
+
+class ToolCardEditor(widgets.VBox):
+    """View a tool card, edit its description, price and declared latency, validate, save.
+
+    Validation is the card's own (field types and ranges, JSON Schema) plus building the tool, which
+    checks the backend settings; each problem names the file, line and field. Saving goes through
+    `save_card`, so a card read from a file keeps that file's comments and key order.
+    """
+
+    def __init__(self, card: ToolCard | str | os.PathLike, path: str | os.PathLike | None = None):
+        self.card = card if isinstance(card, ToolCard) else load_card(card)
+        self._loaded = self.card
+        self.problems: list[CardError] = []
+        default = path or self.card.source or f"{self.card.name}.yaml"
+        self.header = widgets.HTML(self._header())
+        self.description = widgets.Textarea(value=self.card.description, description="description",
+                                            layout=widgets.Layout(width="100%", height="110px"))
+        self.price = {f: widgets.FloatText(value=getattr(self.card.price, f), description=f,
+                                           layout=widgets.Layout(width="240px")) for f in _PRICE_FIELDS}
+        self.latency = widgets.FloatText(value=self.card.latency.seconds, description="latency s",
+                                         layout=widgets.Layout(width="240px"))
+        self.path = widgets.Text(value=str(default), description="save to", layout=widgets.Layout(width="100%"))
+        self.validate_button = widgets.Button(description="Validate", icon="check")
+        self.save_button = widgets.Button(description="Save", icon="save")
+        self.message = widgets.HTML()
+        self.message.add_class("orchlib-card-message")
+        self.preview = widgets.HTML(self._preview(self.card))
+        self.validate_button.on_click(lambda _: self.validate())
+        self.save_button.on_click(lambda _: self.save())
+        super().__init__([self.header, self.description, widgets.HTML("<b>price (USD)</b>"),
+                          widgets.HBox(list(self.price.values()), layout=widgets.Layout(flex_flow="row wrap")),
+                          self.latency, self.path, widgets.HBox([self.validate_button, self.save_button]),
+                          self.message, self.preview])
+        self.add_class("orchlib-card-editor")
+
+    def _header(self) -> str:
+        c = self.card
+        args = ", ".join(c.parameters.get("properties", {})) or "none"
+        src = f" · {_e(c.source)}" if c.source else ""
+        return (f"<b>{_e(c.name)}</b> · {_e(c.kind)}{' · final' if c.final else ''} · arguments: {_e(args)}"
+                f" · tags: {_e(', '.join(c.tags) or '-')}{src}")
+
+    @staticmethod
+    def _preview(card: ToolCard) -> str:
+        spec = json.dumps(card.to_openai(with_costs=True), indent=2, ensure_ascii=False)
+        return f"<details><summary>what the orchestrator reads</summary><pre>{_e(spec)}</pre></details>"
+
+    def edited(self) -> ToolCard:
+        """The card with the editor's values; raises CardError naming the first problem."""
+        problems, card = self._check()
+        if problems:
+            raise problems[0]
+        return card
+
+    def _check(self) -> tuple[list[CardError], ToolCard | None]:
+        base = self._loaded
+        data = base.model_dump()
+        data["description"] = self.description.value
+        data["price"] = {f: self.price[f].value for f in _PRICE_FIELDS}
+        data["latency"] = {**data["latency"], "seconds": self.latency.value}
+        try:
+            checked = ToolCard.model_validate(data)
+        except ValidationError as e:
+            return base.errors_from(e), None  # lines of the file the card came from
+        # model_copy keeps where the card was read from, so saving keeps the file's comments.
+        card = base.model_copy(update={"description": checked.description, "price": checked.price,
+                                       "latency": checked.latency})
+        try:
+            from orchlib.tools import build_tool
+
+            build_tool(card)
+        except CardError as e:
+            return [e], None
+        return [], card
+
+    def validate(self) -> list[CardError]:
+        """Check the edited values; shows and returns the problems (none: the card is updated)."""
+        self.problems, card = self._check()
+        if self.problems:
+            items = "".join(f"<li>{_e(p)}</li>" for p in self.problems)
+            self.message.value = f"<div class='orchlib-error' style='{_ERROR_STYLE}'>invalid:<ul>{items}</ul></div>"
+        else:
+            self.card = card
+            self.message.value = "<div style='color:#1b5e20'>valid</div>"
+            self.preview.value = self._preview(card)
+        return self.problems
+
+    def save(self, path: str | os.PathLike | None = None) -> Path | None:
+        """Validate, then write the card (to `path`, else the path field); None when it is invalid."""
+        if self.validate():
+            return None
+        target = Path(path or self.path.value).expanduser()
+        try:
+            written = save_card(self.card, target)
+        except OSError as e:
+            self.message.value = f"<div class='orchlib-error' style='{_ERROR_STYLE}'>cannot save: {_e(e)}</div>"
+            return None
+        self.message.value = f"<div style='color:#1b5e20'>saved to {_e(written)}</div>"
+        return written
