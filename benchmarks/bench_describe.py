@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from orchlib.describe import DescribeError, describe
-from orchlib.envs import make_suite
+from orchlib.envs import CATEGORIES, make_suite
 from orchlib.evaluate import EVAL_ROLLOUT, format_table, preference_adherence
 from orchlib.models import build_default_policy
 from orchlib.reward import Reward
@@ -47,9 +47,13 @@ def bare(cards):
 
 
 def described(cards, tasks, n: int, seed: int):
-    """The cards described on `tasks`; a card no task has arguments for stays bare (and is named)."""
+    """The cards described on `tasks`; a card no task has arguments for stays bare (and is named).
+    Cards no task offers stay bare too: they never appear in a prompt."""
     out = []
     for c in cards:
+        if not any(t.tools is None or c.name in t.tools for t in tasks):
+            out.append(c)
+            continue
         try:
             out.append(describe(c, tasks, n=n, seed=seed, task_source="orchestra-mini train split").card)
         except DescribeError as e:
@@ -97,21 +101,25 @@ def rows_of(name: str, result: dict) -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-train", type=int, default=40, help="train tasks (describe, SFT and GRPO draw on them)")
-    ap.add_argument("--n-test", type=int, default=40)
+    ap.add_argument("--categories", default="arithmetic,lookup,hard",
+                    help="comma-separated, or 'all'; the default keeps the categories that offer the generalist")
+    ap.add_argument("--n-train", type=int, default=30, help="train tasks (describe, SFT and GRPO draw on them)")
+    ap.add_argument("--n-test", type=int, default=30)
     ap.add_argument("--steps", type=int, default=8, help="GRPO steps of each run")
     ap.add_argument("--tasks-per-step", type=int, default=2, help="each paired under both profiles")
     ap.add_argument("--group-size", type=int, default=4)
-    ap.add_argument("--sft-epochs", type=int, default=10)
+    ap.add_argument("--sft-epochs", type=int, default=8)
     ap.add_argument("--describe-n", type=int, default=40, help="tasks each tool is tried on")
-    ap.add_argument("--eval-group", type=int, default=2, help="samples per test task and profile")
+    ap.add_argument("--eval-group", type=int, default=1, help="samples per test task and profile")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    suite = make_suite(seed=args.seed, n_train=args.n_train, n_test=args.n_test)
+    categories = CATEGORIES if args.categories == "all" else tuple(args.categories.split(","))
+    suite = make_suite(seed=args.seed, n_train=args.n_train, n_test=args.n_test, categories=categories)
     arms = {"bare": bare(suite.cards)}
     arms["described"] = described(arms["bare"], suite.train, args.describe_n, args.seed)
-    print(f"orchestra-mini (seed {args.seed}): {len(suite.train)} train / {len(suite.test)} test tasks; "
+    print(f"orchestra-mini (seed {args.seed}, {', '.join(categories)}): {len(suite.train)} train / "
+          f"{len(suite.test)} test tasks; "
           f"{args.steps} GRPO steps x {args.tasks_per_step} tasks x {len(PROFILES)} profiles x {args.group_size}")
     for c in arms["described"]:
         if c.name in ("specialist", DEAR):

@@ -4,13 +4,13 @@ Every function takes trajectories, training history (`Trainer.history`, step rep
 `Explanation`, and returns a `plotly.graph_objects.Figure`; nothing is drawn, saved or printed. The
 widgets (`orchlib.widgets`) show these same figures.
 
-    tool_mix({"random": rep.trajectories, "oracle": ...})   # stacked bars, as in ToolOrchestra Fig. 3/5
-    tool_mix(trajs, by="profile")                           # one bar per preference profile
-    tool_mix_over_steps(trainer.history)                    # the call mix as training goes
-    reward_curves(trainer.history)                          # reward and each term's contribution
-    cost_accuracy({"oracle": report, ...})                  # mean cost vs accuracy, Pareto frontier
-    timeline(trajectory)                                    # turns and concurrent calls, Gantt-like
-    explain_figure(reward.explain(group, P))                # each term's contribution per rollout
+    tool_distribution({"random": rep.trajectories, ...})  # stacked bars, as in ToolOrchestra Fig. 3/5
+    tool_distribution(trajs, by="profile")                # one bar per preference profile
+    tool_mix_over_steps(trainer.history)                  # the call mix as training goes
+    reward_curves(trainer.history)                        # reward and each term's contribution
+    cost_accuracy({"oracle": report, ...})                # mean cost vs accuracy, Pareto frontier
+    timeline(trajectory)                                  # turns and concurrent calls, Gantt-like
+    explain_figure(reward.explain(group, P))              # each term's contribution per rollout
 
 Colours: a tool gets the same colour in every figure of one call (tools sorted by name); pass
 `colors=tool_colors(all_tools)` to keep them fixed across figures.
@@ -28,8 +28,8 @@ from orchlib.evaluate import frontier
 from orchlib.reward.reward import Explanation
 from orchlib.trajectory import Trajectory
 
-__all__ = ["tool_colors", "tool_mix", "tool_mix_over_steps", "reward_curves", "cost_accuracy", "timeline",
-           "explain_figure"]
+__all__ = ["tool_colors", "tool_distribution", "tool_mix_over_steps", "reward_curves", "cost_accuracy",
+           "timeline", "explain_figure"]
 
 _PALETTE = qualitative.Plotly + qualitative.D3
 _ERROR_COLOR = "#d62728"
@@ -69,9 +69,10 @@ def _steps(rows: Sequence[Mapping[str, float]]) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------- tool mix
-def tool_mix(data: Mapping[str, Any] | Sequence[Trajectory], by: Literal["profile", "category", "task"] = "profile",
-             value: Literal["share", "mean", "count"] = "share", colors: Mapping[str, str] | None = None,
-             title: str | None = None) -> go.Figure:
+def tool_distribution(data: Mapping[str, Any] | Sequence[Trajectory],
+                      by: Literal["profile", "category", "task"] = "profile",
+                      value: Literal["share", "mean", "count"] = "share", colors: Mapping[str, str] | None = None,
+                      title: str | None = None) -> go.Figure:
     """Tool-call distribution as stacked bars: one bar per policy (a mapping name → trajectories or
     report) or, for a plain list of trajectories, one bar per `by` group; one segment per tool.
 
@@ -148,19 +149,21 @@ def reward_curves(history: Any, terms: bool = True, profiles: bool = False, keys
     rows = _history(history)
     steps = _steps(rows)
 
-    def line(key: str, name: str, **style: Any) -> go.Scatter:
+    def line(key: str, name: str, group: str, **style: Any) -> go.Scatter:
+        # Legend groups keep a term and a metric of the same name (e.g. "accuracy") apart.
         return go.Scatter(name=name, x=steps, y=[m.get(key) for m in rows], mode="lines+markers",
-                          connectgaps=False, hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **style)
+                          connectgaps=False, legendgroup=group, legendgrouptitle_text=group,
+                          hovertemplate=f"{group}: {name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **style)
 
-    fig = go.Figure([line("reward", "reward", line={"width": 3, "color": "black"})])
+    fig = go.Figure([line("reward", "reward", "reward", line={"width": 3, "color": "black"})])
     if terms:
         # "reward/reward" is what a reward without named terms reports: the total again.
         names = sorted({k[7:] for m in rows for k in m if k.startswith("reward/")} - {"reward"})
-        fig.add_traces([line(f"reward/{n}", n, line={"dash": "dash"}) for n in names])
+        fig.add_traces([line(f"reward/{n}", n, "terms", line={"dash": "dash"}) for n in names])
     if profiles:
         profs = sorted({k.split("/")[1] for m in rows for k in m if k.startswith("profile/") and k.endswith("/reward")})
-        fig.add_traces([line(f"profile/{p}/reward", f"reward ({p})", line={"dash": "dot"}) for p in profs])
-    fig.add_traces([line(k, k) for k in keys])
+        fig.add_traces([line(f"profile/{p}/reward", f"reward ({p})", "profiles", line={"dash": "dot"}) for p in profs])
+    fig.add_traces([line(k, k, "metrics") for k in keys])
     fig.update_layout(title=title or "Reward over training", xaxis_title="step", yaxis_title="mean per rollout",
                       legend_title="series")
     return fig

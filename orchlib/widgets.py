@@ -84,7 +84,7 @@ def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
         for o in turn.observations:
             label = f" [{_e(o.label)}]" if o.label else ""
             if o.error:
-                body = f"<span style='{_ERROR_STYLE}'>error ({_e(o.error_kind)}): {_e(o.error)}</span>"
+                body = f" · <span style='{_ERROR_STYLE}'>error ({_e(o.error_kind)}): {_e(o.error)}</span>"
             else:
                 body = f"<pre style='white-space:pre-wrap;margin:2px 0'>{_e(o.content)}</pre>"
             parts.append(f"<div style='margin-left:1.5em'>← <b>{_e(o.tool or 'orchestrator')}</b>{label} · "
@@ -127,6 +127,7 @@ class TrainerPanel(widgets.VBox):
         self._worker: threading.Thread | None = None
         self._state = "idle"
         self._quiet = False                 # set while the panel itself refills the rollout menu
+        self._syncing = False               # set while set_preference moves the sliders
 
         self.step_button = widgets.Button(description="Step", icon="step-forward", tooltip="one GRPO step")
         self.run_button = widgets.Button(description="Run", icon="play", tooltip="run N steps")
@@ -134,6 +135,8 @@ class TrainerPanel(widgets.VBox):
                                               layout=widgets.Layout(width="130px"))
         self.pause_button = widgets.Button(description="Pause", icon="pause", disabled=True,
                                            tooltip="stop after the step that is running")
+        for name in ("step", "run", "pause"):
+            getattr(self, f"{name}_button").add_class(f"orchlib-{name}")
         self.status = widgets.HTML()
         self.reward_chart = widgets.Output(layout=widgets.Layout(width="50%"))
         self.mix_chart = widgets.Output(layout=widgets.Layout(width="50%"))
@@ -181,6 +184,8 @@ class TrainerPanel(widgets.VBox):
         with self._step_lock:
             report = self.trainer.step()
         self._record(report)
+        if self._state != "running":  # a step asked for outside a run: the panel is idle again
+            self._set_state("idle")
         return report
 
     def run(self, n: int) -> threading.Thread | None:
@@ -210,12 +215,20 @@ class TrainerPanel(widgets.VBox):
         return not self.running
 
     def set_preference(self, P: Preference | None) -> None:
-        """Every task carries `P` from the next step on (None: each task's own P again)."""
+        """Every task carries `P` from the next step on (None: each task's own P again); the sliders
+        move to P's values (within their ranges)."""
         self.preference = P
         if P is None:
             self.trainer.tasks = list(self._tasks)
         else:
             self.trainer.tasks = [t.model_copy(update={"preference": P}) for t in self._tasks]
+            self._syncing = True  # moving the sliders must not set a slider-made P in turn
+            try:
+                for key, s in self.sliders.items():
+                    value = P.tools.get(key[6:], 0.0) if key.startswith("tools/") else getattr(P, key)
+                    s.value = min(max(float(value), s.min), s.max)
+            finally:
+                self._syncing = False
         self._show_preference()
 
     # ------------------------------------------------------------------ the run
@@ -337,7 +350,8 @@ class TrainerPanel(widgets.VBox):
         return Preference(name="panel", outcome=v["outcome"], cost=v["cost"], latency=v["latency"], tools=tools)
 
     def _on_slider(self, change) -> None:
-        self.set_preference(self.slider_preference())
+        if not self._syncing:
+            self.set_preference(self.slider_preference())
 
     def _show_preference(self) -> None:
         if self.trainer.config.paired_profiles:
@@ -370,7 +384,8 @@ def reward_text(reward: Reward) -> str:
     has named terms (its default P stays outside the text, with the playground)."""
     if not reward.term_sources:
         return reward.source
-    lines = [f"name: {_yaml_value(reward.name)}", "terms:"] + [f"  {k}: {_yaml_value(v)}" for k, v in reward.term_sources.items()]
+    lines = [f"name: {_yaml_value(reward.name)}", "terms:"]
+    lines += [f"  {k}: {_yaml_value(v)}" for k, v in reward.term_sources.items()]
     return "\n".join(lines + [f"reward: {_yaml_value(reward.source)}"])
 
 

@@ -43,7 +43,7 @@ def toy_warm(policy_cache, tmp_path_factory):
     build_default_policy("tiny", cache=policy_cache)
     model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))  # a private copy
     gold = golden_trajectories(toy_tasks(), toy_toolbox(), tok, RolloutConfig(**TOY_ROLLOUT), per_task=2)
-    report = sft_train(model, tok, gold, SFTConfig(epochs=20), progress=False)
+    report = sft_train(model, tok, gold, SFTConfig(epochs=30, batch_size=8, learning_rate=6e-3), progress=False)
     folder = tmp_path_factory.mktemp("toy-warm")
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

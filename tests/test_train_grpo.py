@@ -29,8 +29,8 @@ def test_grpo_raises_reward_and_best_tool_share(toy_warm):
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.from_string("name: accuracy\nreward: outcome"), cfg)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    reports = trainer.run(8, progress=False)
-    first, last = reports[:2], reports[-2:]
+    reports = trainer.run(12, progress=False)
+    first, last = reports[:3], reports[-3:]
     assert _mean(first, "errors") < 0.3  # the warm start makes well-formed calls
     assert _mean(last, "reward") > _mean(first, "reward") + 0.2
     assert _mean(last, "share/right") > _mean(first, "share/right") + 0.2
@@ -40,7 +40,7 @@ def test_grpo_raises_reward_and_best_tool_share(toy_warm):
     for key in ("accuracy", "cost_usd", "latency_s", "calls/right", "tokens", "grad_norm", "entropy",
                 "clip_frac", "time/rollout", "time/update", "groups_kept", "groups_filtered", "reward/reward"):
         assert key in m, key
-    assert len(reports[-1].trajectories) == 4 * 8 and len(trainer.history) == 8
+    assert len(reports[-1].trajectories) == 4 * 8 and len(trainer.history) == 12
 
 
 def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm):

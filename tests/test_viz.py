@@ -28,8 +28,8 @@ def bars(fig: go.Figure) -> dict[str, dict[str, float]]:
     return {t.name: dict(zip(t.x, t.y)) for t in fig.data if t.type == "bar"}
 
 
-def test_tool_mix_per_policy_shares_are_call_counts_over_all_calls():
-    fig = viz.tool_mix(POLICIES)
+def test_tool_distribution_per_policy_shares_are_call_counts_over_all_calls():
+    fig = viz.tool_distribution(POLICIES)
     got = bars(fig)
     # cheap: calculator 3, search 1 (4 calls); dear: gpt 4, search 1 (5 calls)
     assert got["calculator"] == {"cheap": 3 / 4, "dear": 0.0}
@@ -40,24 +40,24 @@ def test_tool_mix_per_policy_shares_are_call_counts_over_all_calls():
         assert sum(h[policy] for h in got.values()) == pytest.approx(1.0)
 
 
-def test_tool_mix_means_counts_and_grouping_by_profile():
-    mean = bars(viz.tool_mix(POLICIES, value="mean"))
+def test_tool_distribution_means_counts_and_grouping_by_profile():
+    mean = bars(viz.tool_distribution(POLICIES, value="mean"))
     assert mean["calculator"]["cheap"] == pytest.approx(3 / 3) and mean["gpt"]["dear"] == pytest.approx(4 / 3)
-    count = bars(viz.tool_mix(POLICIES, value="count"))
+    count = bars(viz.tool_distribution(POLICIES, value="count"))
     assert count["search"] == {"cheap": 1, "dear": 1}
     trajs = [traj({"a": 1}, profile="fast"), traj({"a": 1, "b": 3}, profile="thrifty"), traj({"b": 1}, profile="fast")]
-    got = bars(viz.tool_mix(trajs, by="profile", value="count"))
+    got = bars(viz.tool_distribution(trajs, by="profile", value="count"))
     assert got == {"a": {"fast": 1, "thrifty": 1}, "b": {"fast": 1, "thrifty": 3}}
-    by_cat = bars(viz.tool_mix([traj({"a": 1}, category="x"), traj({"a": 2}, category="y")], by="category",
+    by_cat = bars(viz.tool_distribution([traj({"a": 1}, category="x"), traj({"a": 2}, category="y")], by="category",
                                value="count"))
     assert by_cat == {"a": {"x": 1, "y": 2}}
     with pytest.raises(ValueError):
-        viz.tool_mix(trajs, by="colour")
+        viz.tool_distribution(trajs, by="colour")
 
 
-def test_tool_mix_accepts_reports_and_keeps_given_colours():
+def test_tool_distribution_accepts_reports_and_keeps_given_colours():
     report = SimpleNamespace(trajectories=POLICIES["cheap"])
-    fig = viz.tool_mix({"r": report}, colors={"calculator": "#000000", "search": "#ffffff"})
+    fig = viz.tool_distribution({"r": report}, colors={"calculator": "#000000", "search": "#ffffff"})
     assert bars(fig)["calculator"] == {"r": 0.75}
     assert {t.name: t.marker.color for t in fig.data} == {"calculator": "#000000", "search": "#ffffff"}
 
@@ -122,7 +122,8 @@ def timeline_trajectory() -> Trajectory:
                  observations=[Observation(content="4", tool="calc", latency_s=1.0, cost_usd=0.0),
                                Observation(content="doc", tool="search", latency_s=2.0, cost_usd=0.01)],
                  gen_latency_s=0.5, latency_s=2.5, cost_usd=0.0101, tokens_out=10)
-    turn2 = Turn(text="<tool_call>oops", observations=[Observation(content="Error", error="bad", error_kind="malformed_call")],
+    malformed = Observation(content="Error", error="bad", error_kind="malformed_call")
+    turn2 = Turn(text="<tool_call>oops", observations=[malformed],
                  gen_latency_s=0.25, latency_s=0.25, cost_usd=0.0002, tokens_out=5)
     turn3 = Turn(text="", calls=[ToolCall(name="calc"), ToolCall(name="calc")],
                  observations=[Observation(content="1", tool="calc", latency_s=0.1),
@@ -165,7 +166,7 @@ def test_explain_figure_bars_are_the_contributions_and_add_up_to_the_reward():
 
 
 def test_every_figure_serialises_to_json():
-    figs = [viz.tool_mix(POLICIES), viz.tool_mix_over_steps(HISTORY), viz.reward_curves(HISTORY),
+    figs = [viz.tool_distribution(POLICIES), viz.tool_mix_over_steps(HISTORY), viz.reward_curves(HISTORY),
             viz.cost_accuracy({"a": (0.1, 0.5)}), viz.timeline(timeline_trajectory()),
             viz.explain_figure(Reward.from_string("outcome").explain([traj({})]))]
     for fig in figs:

@@ -69,8 +69,8 @@ class GRPOConfig(BaseModel):
     kl_coef: float = Field(0.05, ge=0, description="k3 KL to the starting policy; 0 disables it")
     advantage_scale: Literal["std", "none"] = Field("std", description="'none' = Dr. GRPO mean-only")
     loss_level: Literal["token", "sequence"] = Field("token", description="how token losses are averaged")
-    min_reward_spread: float = Field(1e-6, ge=0, description="groups whose reward std is at most this are "
-                                                             "left out of the update (the paper's filter)")
+    min_reward_spread: float | None = Field(1e-6, ge=0, description="groups whose reward std is at most this "
+                                            "are left out of the update (the paper's filter); None keeps all")
     max_grad_norm: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
@@ -188,7 +188,10 @@ class Trainer:
         terms = self._term_means(groups, local)
         r = torch.tensor(rewards, dtype=torch.float32)
         adv = group_advantages(r, cfg.advantage_scale) if len(local) else r
-        keep = keep_groups(r, cfg.min_reward_spread) if len(local) else torch.zeros(0, dtype=torch.bool)
+        if cfg.min_reward_spread is None:
+            keep = torch.ones(len(local), dtype=torch.bool)
+        else:
+            keep = keep_groups(r, cfg.min_reward_spread) if len(local) else torch.zeros(0, dtype=torch.bool)
         t2 = time.perf_counter()
         upd = self._update([t for g, k in zip(groups, keep.tolist()) if k for t in g],
                            adv[keep].flatten().tolist())
