@@ -34,9 +34,17 @@ _EXPORTS: dict[str, str] = {
     "Trainer": "orchlib.train", "GRPOConfig": "orchlib.train", "LoraSettings": "orchlib.train",
     "SFTConfig": "orchlib.train", "golden_trajectories": "orchlib.train", "sft_train": "orchlib.train",
     "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate",
+    # tool descriptions written from evidence
+    "describe": "orchlib.describe", "describe_file": "orchlib.describe", "DescribeResult": "orchlib.describe",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
+
+# These functions share their name with their module: bind them now, or `orchlib.rollout` would
+# be the module once anything imported it.
+from orchlib.describe import describe  # noqa: E402
+from orchlib.evaluate import evaluate  # noqa: E402
+from orchlib.rollout import rollout  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

@@ -175,7 +175,9 @@ def run_trials(tool: Tool, picked: Sequence[tuple[Task, dict[str, Any]]], seed: 
 
 
 # ---------------------------------------------------------------------------------------------- text
-def _describer_tool(describer: ToolCard | Tool) -> Tool:
+def _describer_tool(describer: ToolCard | Tool | str | os.PathLike) -> Tool:
+    if isinstance(describer, (str, os.PathLike)):
+        describer = load_card(describer)
     if isinstance(describer, ToolCard):
         if describer.kind != "llm":
             raise DescribeError(f"describer {describer.name!r} is a {describer.kind} card; it must be an llm card")
@@ -220,10 +222,11 @@ def _tasks(tasks: Sequence[Task] | str | os.PathLike, task_source: str) -> tuple
 
 
 def describe(card: ToolCard, tasks: Sequence[Task] | str | os.PathLike, n: int = 40,
-             describer: ToolCard | Tool | None = None, seed: int = 0, policy: Policy | None = None,
-             task_source: str = "") -> DescribeResult:
+             describer: ToolCard | Tool | str | os.PathLike | None = None, seed: int = 0,
+             policy: Policy | None = None, task_source: str = "") -> DescribeResult:
     """Try `card`'s tool on `n` sampled tasks (a list, or a JSONL file as written by `save_tasks`) and
-    return the card with a description written from what happened. Nothing is written to disk."""
+    return the card with a description written from what happened. Nothing is written to disk.
+    `describer`: an llm card, its built Tool, or a card file; None for the offline template."""
     if not isinstance(card, ToolCard):
         raise DescribeError(f"card must be a ToolCard, got {type(card).__name__}")
     tasks, task_source = _tasks(tasks, task_source)
@@ -249,14 +252,12 @@ def describe(card: ToolCard, tasks: Sequence[Task] | str | os.PathLike, n: int =
 
 
 def describe_file(card_path: str | os.PathLike, tasks: Sequence[Task] | str | os.PathLike, n: int = 40,
-                  describer: ToolCard | Tool | None = None, seed: int = 0, policy: Policy | None = None,
-                  task_source: str = "") -> DescribeResult:
+                  describer: ToolCard | Tool | str | os.PathLike | None = None, seed: int = 0,
+                  policy: Policy | None = None, task_source: str = "") -> DescribeResult:
     """`describe` the card in `card_path` and write it back, atomically and only once everything has
     succeeded: any failure raises (CardError, DescribeError, TaskFileError) and leaves the file as it was."""
     path = Path(card_path)
     card = load_card(path)
-    if isinstance(describer, (str, os.PathLike)):
-        describer = load_card(describer)
     result = describe(card, tasks, n=n, describer=describer, seed=seed, policy=policy, task_source=task_source)
     save_card(result.card, path)
     return dataclasses.replace(result, path=path)

@@ -207,8 +207,12 @@ def _run_tools(pending, toolbox, config: RolloutConfig) -> None:
         ctx = ToolContext(task_id=ep.task.id, prompt=ep.task.prompt, category=ep.task.category,
                           answer=ep.task.answer, messages=ep.messages(), env=ep.env,
                           seed=ep.traj.group_index)
-        return await toolbox.call_many(calls, ctx, timeout_s=config.tool_timeout_s,
-                                       max_parallel=config.max_parallel)
+        # a tool the task does not offer is unknown to this episode, even if the toolbox has it
+        offered = [c for c in calls if ep.task.tools is None or c.name in ep.task.tools]
+        results = iter(await toolbox.call_many(offered, ctx, timeout_s=config.tool_timeout_s,
+                                               max_parallel=config.max_parallel) if offered else [])
+        return [next(results) if ep.task.tools is None or c.name in ep.task.tools else _not_offered(c, ep.task)
+                for c in calls]
 
     async def all_():
         return await asyncio.gather(*(one(ep, turn, calls) for ep, turn, calls in pending))
@@ -223,6 +227,11 @@ def _run_tools(pending, toolbox, config: RolloutConfig) -> None:
         turn.observations += obs
         turn.cost_usd += sum(o.cost_usd for o in turn.observations)
         turn.latency_s = turn.gen_latency_s + max((o.latency_s for o in turn.observations), default=0.0)
+
+
+def _not_offered(call, task: Task) -> Observation:
+    msg = f"unknown tool {call.name!r}: this task offers {', '.join(task.tools or []) or 'no tools'}"
+    return Observation(content=f"error: {msg}", error=msg, error_kind="unknown_tool")
 
 
 def _declared(obs: Observation, toolbox, ep: _Episode) -> Observation:

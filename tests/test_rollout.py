@@ -212,3 +212,16 @@ def test_jsonl_round_trip(tiny_policy, toolbox, tmp_path):
     (tmp_path / "bad.jsonl").write_text(path.read_text().splitlines()[0] + "\n{not json\n")
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_jsonl(tmp_path / "bad.jsonl")
+
+
+def test_a_tool_the_task_does_not_offer_is_unknown(tiny_policy, toolbox):
+    _, tok = tiny_policy
+    task = TASK.model_copy(update={"tools": ["add"]})
+    engine = ScriptedEngine(tok, [render_assistant("", [ToolCall(name="mul", arguments={"a": 2, "b": 3}),
+                                                        ToolCall(name="add", arguments={"a": 2, "b": 3})]), "5"])
+    [traj] = rollout([task], toolbox, engine, RolloutConfig(max_new_tokens=200))
+    obs = traj.turns[0].observations
+    assert [o.error_kind for o in obs] == ["unknown_tool", None] and obs[1].content == "5"
+    assert "offers add" in obs[0].error and traj.errors == {"unknown_tool": 1}
+    prompt = tok.decode(traj.ids[:traj.prompt_len])
+    assert '"mul"' not in prompt and '"add"' in prompt  # only offered tools are listed
