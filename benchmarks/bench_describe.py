@@ -1,4 +1,4 @@
-"""Run: .venv/bin/python benchmarks/bench_describe.py [--steps 8] [--n-train 40] [--n-test 40] [--seed 0]
+"""Run: .venv/bin/python benchmarks/bench_describe.py [--steps 6] [--n-train 30] [--n-test 30] [--seed 0]
 
 Do tool descriptions written from evidence help an orchestrator? Two runs that differ only in the text
 of the tool cards, on the default suite (orchestra-mini):
@@ -8,16 +8,21 @@ of the tool cards, on the default suite (orchestra-mini):
              "<name>: a tool." followed by the measured success rate per category with its 95% CI,
              the mean cost and the mean latency.
 
-Each run: a fresh tiny policy (same seed), SFT warm start on the golden trajectories of the train tasks,
+Each run: a fresh tiny policy (same seed), SFT warm start on golden trajectories of the train tasks,
 then GRPO for the same number of steps with rewards/toolorchestra.yaml, every drawn task paired under
 the accuracy and the thrifty preference, full tool schemas in the prompt (so descriptions are read)
 and declared tool latency. Both are evaluated on the test split under P = accuracy and P = thrifty.
+The warm start draws, per task, uniformly among *all* its routes (golden calls and every offered
+model tool that answers the task itself, `orchlib.baselines.routes`): it teaches the call format of
+every tool and no preference between them, which is left to RL and to what the descriptions say.
 
 Printed: accuracy and mean cost (USD) per profile, and controllability: the share of calls going to
 the dear `generalist` under P = accuracy minus that share under P = thrifty (a policy that reads P
 sends fewer calls to it when told to be thrifty). The ± columns are one binomial standard error; a
-difference smaller than about two of them is noise. Takes about ten minutes on two CPU cores with
-the defaults; `--steps 40 --n-train 100 --n-test 100` is a fairer (longer) comparison.
+difference smaller than about two of them is noise. Takes about ten minutes on two idle CPU cores
+with the defaults, a budget in which the randomly initialised tiny policy is still learning the call
+format from ~600-token prompts; `--sft-epochs 60 --steps 40 --n-train 100 --n-test 100` (a GPU, or
+an hour of CPU) is a fairer comparison.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import math
 import time
 from pathlib import Path
 
+from orchlib.baselines import routes
 from orchlib.describe import DescribeError, describe
 from orchlib.envs import CATEGORIES, make_suite
 from orchlib.evaluate import EVAL_ROLLOUT, format_table, preference_adherence
@@ -62,13 +68,20 @@ def described(cards, tasks, n: int, seed: int):
     return out
 
 
+def every_route(task, cards):
+    """The task with all its routes as golden alternatives, so the warm start teaches no choice."""
+    seqs = list(routes(task, cards).values())
+    return task.model_copy(update={"golden": task.golden.model_copy(update={"calls": seqs[0],
+                                                                             "alternatives": seqs[1:]})})
+
+
 def train_and_evaluate(cards, suite, args) -> dict:
     """SFT warm start + GRPO on the train split with these cards; the test split under each profile."""
     toolbox = Toolbox.from_cards(cards)
     rollout = RolloutConfig(tool_schema="full", tool_latency="declared", max_new_tokens=64, max_total_tokens=3072)
     model, tok = build_default_policy("tiny", seed=args.seed)
-    gold = golden_trajectories(suite.train, toolbox, tok, rollout, seed=args.seed)
-    sft_train(model, tok, gold, SFTConfig(seed=args.seed, epochs=args.sft_epochs), progress=False)
+    gold = golden_trajectories([every_route(t, cards) for t in suite.train], toolbox, tok, rollout, seed=args.seed)
+    sft_train(model, tok, gold, SFTConfig(seed=args.seed, epochs=args.sft_epochs, batch_size=8), progress=False)
     config = GRPOConfig(seed=args.seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
                         paired_profiles=PROFILES, rollout=rollout)
     trainer = Trainer((model, tok), suite.train, toolbox, Reward.load(REPO / "rewards" / "toolorchestra.yaml"),
@@ -105,10 +118,10 @@ def main() -> None:
                     help="comma-separated, or 'all'; the default keeps the categories that offer the generalist")
     ap.add_argument("--n-train", type=int, default=30, help="train tasks (describe, SFT and GRPO draw on them)")
     ap.add_argument("--n-test", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=8, help="GRPO steps of each run")
+    ap.add_argument("--steps", type=int, default=6, help="GRPO steps of each run")
     ap.add_argument("--tasks-per-step", type=int, default=2, help="each paired under both profiles")
     ap.add_argument("--group-size", type=int, default=4)
-    ap.add_argument("--sft-epochs", type=int, default=8)
+    ap.add_argument("--sft-epochs", type=int, default=12, help="passes over the train tasks, batches of 8")
     ap.add_argument("--describe-n", type=int, default=40, help="tasks each tool is tried on")
     ap.add_argument("--eval-group", type=int, default=1, help="samples per test task and profile")
     args = ap.parse_args()

@@ -42,9 +42,9 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 # These functions share their name with their module: bind them now, or `orchlib.rollout` would
 # be the module once anything imported it.
-from orchlib.describe import describe  # noqa: E402
-from orchlib.evaluate import evaluate  # noqa: E402
-from orchlib.rollout import rollout  # noqa: E402
+from orchlib.describe import describe  # noqa: E402, F401
+from orchlib.evaluate import evaluate  # noqa: E402, F401
+from orchlib.rollout import rollout  # noqa: E402, F401
 
 
 def __getattr__(name: str) -> Any:

@@ -30,7 +30,7 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orchlib", description="Train and study LLM orchestrators.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
+    for module in COMMANDS.values():
         try:
             importlib.import_module(module).add_parser(sub)
         except ModuleNotFoundError as e:

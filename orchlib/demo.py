@@ -8,8 +8,8 @@ rewards/toolorchestra.yaml on train tasks, each drawn under both the "accuracy" 
 profile → evaluate before and after training, and the baselines → table, metrics.json,
 trajectories.jsonl and a self-contained report.html.
 
-The demo's slice of orchestra-mini: arithmetic (calculator, specialist, generalist) and GSM8K with
-real recorded answers (mixtral, gpt4, generalist). Every tool's answer is final — the calculator's
+The demo's slice of orchestra-mini: arithmetic (calculator or generalist) and GSM8K with real
+recorded answers (Mixtral or the generalist). Every tool's answer is final — the calculator's
 too — so the policy only chooses and calls; a ~1 M-parameter policy copying a result into its own
 answer would blur the difference between tools RL has to learn (see DESIGN.md). Preferences decide:
 under "accuracy" the dear generalist is worth it, under "thrifty" the calculator and Mixtral are.
@@ -32,8 +32,11 @@ from orchlib.trajectory import ToolCall
 __all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "demo_suite", "run_demo", "format_checks"]
 
 # Tools offered per category in the demo (all final, see the module docstring).
-DEMO_TOOLS: dict[str, list[str]] = {"arithmetic": ["calculator", "specialist", "generalist"],
-                                    "gsm8k": ["mixtral", "gpt4", "generalist"]}
+# Two per category, one cheap and one dear, so P decides: the free calculator (exact when the policy
+# copies the expression exactly) or the dear generalist (97 %); Mixtral's real answers (64 %, cheap) or
+# the dear generalist (95 %).
+DEMO_TOOLS: dict[str, list[str]] = {"arithmetic": ["calculator", "generalist"],
+                                    "gsm8k": ["mixtral", "generalist"]}
 DEMO_PROFILES = ("accuracy", "thrifty")
 EXPENSIVE = "generalist"
 # rewards/ sits beside the package in a source checkout or editable install (as toolcards/ does)
@@ -53,14 +56,15 @@ class DemoConfig(BaseModel):
     steps: int = Field(100, ge=0, description="GRPO steps")
     n_train: int = Field(120, ge=4, description="train tasks (half arithmetic, half GSM8K)")
     n_test: int = Field(40, ge=4, description="held-out test tasks")
-    sft_epochs: int = Field(10, ge=1, description="warm-start passes over the golden trajectories (batches "
-                                                  "of 8: ~150 steps; fewer left ~1 in 3 sampled calls malformed)")
+    sft_epochs: int = Field(4, ge=1, description="warm-start passes over the golden trajectories (batches of "
+                                                 "8: ~160 steps; ~100 left ~1 in 4 sampled calls malformed)")
+    copy_drills: int = Field(200, ge=0, description="calculator-only arithmetic tasks added to the warm start")
     sft_learning_rate: float = Field(6e-3, gt=0, description="peak lr of the warm start (cosine to 0)")
     sft_per_task: int = Field(1, ge=1, description="golden trajectories per train task")
     learning_rate: float = Field(5e-4, gt=0, description="GRPO lr; 1e-3 collapsed, 1e-4 was slow in tests")
     kl_coef: float = Field(0.05, ge=0, description="k3 KL to the warm start; without it the policy "
                                                    "collapsed onto one tool for every P")
-    tasks_per_step: int = Field(2, ge=1, description="each drawn under both profiles: 4 groups per step")
+    tasks_per_step: int = Field(4, ge=1, description="each drawn under both profiles: 8 groups per step")
     group_size: int = Field(8, ge=2)
     eval_samples: int = Field(2, ge=1, description="sampled runs per test task and profile")
     out: str = "out/demo"
@@ -93,6 +97,17 @@ def demo_suite(seed: int, n_train: int, n_test: int):
         return t.model_copy(update={"tools": DEMO_TOOLS[t.category], "golden": golden})
 
     return [retool(t) for t in suite.train], [retool(t) for t in suite.test], Toolbox.from_cards(cards)
+
+
+def copy_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
+    """Arithmetic tasks that offer only the calculator: SFT on them teaches copying the expression
+    exactly without teaching any choice between tools (there is none to make)."""
+    from orchlib.envs.mini import arithmetic_tasks
+
+    drills = [t for t in arithmetic_tasks(random.Random(f"copy-drills:{seed}"), n + len(exclude))
+              if t.prompt not in exclude][:n]
+    return [t.model_copy(update={"id": f"drill-{t.id}", "tools": ["calculator"],
+                                 "golden": Golden(calls=t.golden.calls, answer=t.answer)}) for t in drills]
 
 
 def under(tasks: list[Task], profiles=DEMO_PROFILES) -> list[Task]:
@@ -156,7 +171,9 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["setup"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    gold = golden_trajectories(train, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, per_task=config.sft_per_task)
+    drills = copy_drills(config.seed, config.copy_drills, {t.prompt for t in train + test})
+    gold = golden_trajectories(train + drills, toolbox, tok, DEMO_ROLLOUT, seed=config.seed,
+                               per_task=config.sft_per_task)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, epochs=config.sft_epochs, batch_size=8,
                                                 learning_rate=config.sft_learning_rate), progress=progress)
     wall["warm_start"] = time.perf_counter() - t

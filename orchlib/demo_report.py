@@ -83,7 +83,8 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "controllability_points": 100 * (share["accuracy"] - share["thrifty"]),
         "controllability_points_before_rl": 100 * (before_share["accuracy"] - before_share["thrifty"]),
         "reward_first10": first10, "reward_last10": last10, "format": checks,
-        "sft_loss_first": sft.losses[0] if sft.losses else None, "sft_loss_last": sft.losses[-1] if sft.losses else None,
+        "sft_loss_first": sft.losses[0] if sft.losses else None,
+        "sft_loss_last": sft.losses[-1] if sft.losses else None,
         "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
         "entropy_last": history[-1].get("entropy") if history else None,
         "kl_last": history[-1].get("kl") if history else None,
@@ -119,7 +120,8 @@ def _table(m: dict[str, Any]) -> str:
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
              f"{100 * m['format']['arithmetic_copy_exact']:.1f}%",
              f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f}",
-             "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items()) + f"; total {m['wall_total_s']:.1f}s",
+             "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
+             + f"; total {m['wall_total_s']:.1f}s",
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]
     return "\n".join(lines)
 
@@ -129,6 +131,7 @@ def _atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; these are reports to share
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -240,6 +240,16 @@ def test_template_round_trip_keeps_comments_and_order_and_does_not_stack(tasks_f
     assert third.card.auto_description["base"].startswith("Exact arithmetic.")
 
 
+def test_inline_comments_survive(tasks_file, tmp_path):
+    path = _copy("python", tmp_path)  # comments after values inside `backend:`
+    before = path.read_text(encoding="utf-8")
+    describe_file(path, tasks_file, n=3)
+    after = path.read_text(encoding="utf-8")
+    assert "timeout_s: 10      # wall clock, then the whole process group is killed" in after
+    assert _without(after, {"description", "auto_description"}) == _without(before, {"description"})
+    assert load_card(path).auto_description["categories"]["arithmetic"]["n"] == 3
+
+
 # ---------------------------------------------------------------------------------------------- command
 def test_cli_describe_writes_the_card_and_rejects_bad_input(tasks_file, tmp_path, capsys):
     path = _copy("specialist", tmp_path)

@@ -46,11 +46,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     desc = cmds.add_parser("describe", help="try a card's tool on sampled tasks and write its description "
                                             "from the results (the card file is rewritten, comments kept)")
-    desc.add_argument("card", help="card file, or a card name looked up in --cards")
-    desc.add_argument("--tasks", required=True, help="tasks JSONL, as written by orchlib.tasks.save_tasks "
-                                                     "(the default suite's: make_suite(0).save(folder))")
+    desc.add_argument("card", metavar="CARD", help="card file, or a card name looked up in --cards")
+    desc.add_argument("--tasks", required=True, metavar="FILE",
+                      help="tasks JSONL, as written by orchlib.tasks.save_tasks (the default suite's: "
+                           "make_suite(0).save(folder))")
     desc.add_argument("--n", type=int, default=40, help="tasks to try, stratified by category (default 40)")
-    desc.add_argument("--describer", help="an llm card file whose model writes the text "
+    desc.add_argument("--describer", metavar="CARD", help="an llm card file whose model writes the text "
                                           "(default: an offline template over the statistics)")
     desc.add_argument("--seed", type=int, default=0, help="which tasks are drawn (default 0)")
     desc.add_argument("--cards", default="toolcards", help="folder to look a card name up in")

@@ -1,0 +1,106 @@
+"""The command line: info, train from a YAML config (and its errors), eval, --help of every command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from orchlib.cli import COMMANDS, main
+
+
+def test_every_command_has_help(capsys):
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0
+        assert name in capsys.readouterr().out
+
+
+def test_info_runs_offline_in_a_subprocess(policy_cache):
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "ORCHLIB_CACHE": str(policy_cache)}
+    done = subprocess.run([sys.executable, "-m", "orchlib.cli", "info"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "parameters" in done.stdout and "tool cards" in done.stdout and "toolorchestra" in done.stdout
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("steps: 2\ngrpo:\n  learning_rate: -1\n", "bad.yaml:3: grpo.learning_rate: Input should be greater than 0"),
+    ("steps: 2\ngrpo:\n  lr: 0.1\n", "bad.yaml:3: grpo.lr: unknown field"),
+    ("steps: [1, 2\n", "bad.yaml:2: not valid YAML"),
+    ("- 1\n- 2\n", "bad.yaml:1: expected a mapping"),
+    ("reward: rewards/nope.yaml\n", "reward: rewards/nope.yaml does not exist"),
+])
+def test_train_bad_config_is_one_clear_line_and_exit_2(tmp_path, capsys, monkeypatch, text, expected):
+    monkeypatch.chdir(REPO)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    assert main(["train", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err
+
+
+def test_train_from_config_then_resume(tmp_path, policy_cache, monkeypatch, capsys):
+    from orchlib.envs.toy import toy_tasks
+    from orchlib.tasks import save_tasks
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    save_tasks(toy_tasks(8), tmp_path / "tasks.jsonl")
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    from orchlib.cards import save_card
+    from orchlib.envs.toy import toy_toolbox
+
+    for card in toy_toolbox().cards:
+        save_card(card, cards / f"{card.name}.yaml")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"""policy: tiny
+cards: {cards}
+reward: rewards/outcome.yaml
+tasks: {tmp_path / 'tasks.jsonl'}
+steps: 2
+save_every: 1
+warm_start: {{epochs: 1}}
+grpo:
+  tasks_per_step: 2
+  group_size: 2
+  rollout: {{max_new_tokens: 8, tool_schema: compact, tool_latency: declared}}
+out: {tmp_path / 'run'}
+""")
+    assert main(["train", "--config", str(cfg)]) == 0
+    state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and len(state["history"]) == 2
+    assert main(["train", "--config", str(cfg), "--steps", "3"]) == 0  # resumes from step 2
+    state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 3 and [h["step"] for h in state["history"]] == [1.0, 2.0, 3.0]
+    assert "trained 3 steps" in capsys.readouterr().out
+
+
+def test_eval_writes_reports(tmp_path, policy_cache, monkeypatch, capsys):
+    from orchlib.envs import make_suite
+    from orchlib.tasks import save_tasks
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    suite = make_suite(0, n_train=5, n_test=5, categories=("arithmetic",))
+    save_tasks(suite.test, tmp_path / "test.jsonl")
+    out = tmp_path / "eval"
+    assert main(["eval", "--tasks", str(tmp_path / "test.jsonl"), "--baselines", "--tool-schema", "compact",
+                 "--out", str(out)]) == 0
+    for name in ("policy", "oracle", "strongest"):
+        m = json.loads((out / name / "metrics.json").read_text())
+        assert m["metrics"]["overall"]["n"] == 5
+    assert json.loads((out / "oracle" / "metrics.json").read_text())["metrics"]["overall"]["accuracy"] == 1.0
+    assert "oracle" in capsys.readouterr().out
+
+
+def test_eval_bad_tasks_file_exit_2(tmp_path, capsys):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"id": "a", "prompt": "x"}\n{"id": "b"}\n')
+    assert main(["eval", "--tasks", str(bad)]) == 2
+    assert "t.jsonl:2: prompt" in capsys.readouterr().err

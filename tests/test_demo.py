@@ -1,0 +1,59 @@
+"""A shortened demo, end to end: every phase runs, the files are written, and the numbers it reports
+agree with an independent count over the trajectories it saved."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchlib.demo import DemoConfig, run_demo
+from orchlib.trajectory import read_jsonl
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, policy_cache):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ORCHLIB_CACHE", str(policy_cache))
+    out = tmp_path_factory.mktemp("demo")
+    cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=24, sft_epochs=2, eval_samples=1, out=str(out))
+    yield run_demo(cfg, progress=False)
+    mp.undo()
+
+
+def test_demo_writes_report_metrics_and_trajectories(demo):
+    out = demo.out
+    m = json.loads((out / "metrics.json").read_text())
+    for key in ("controllability_points", "reward_first10", "reward_last10", "wall_s", "policies", "format", "checks"):
+        assert key in m, key
+    for policy in ("before RL", "orchestrator", "strongest", "cheapest", "random", "oracle"):
+        for profile in ("accuracy", "thrifty"):
+            assert {"accuracy", "cost_usd", "latency_s", "calls"} <= set(m["policies"][policy][profile])
+    html = (out / "report.html").read_text()
+    assert html.count("plotly-graph-div") >= 5 and "orchlib demo" in html
+    assert set(m["wall_s"]) >= {"warm_start", "grpo", "eval_before", "eval_after", "baselines"}
+    assert len(demo.history) == 12 and "checks:" in demo.table
+
+
+def test_reported_numbers_match_the_saved_trajectories(demo):
+    trajs = read_jsonl(demo.out / "trajectories.jsonl")
+    assert len(trajs) == 12 * 2  # test tasks x profiles x 1 sample
+    m = demo.metrics
+    for prof in ("accuracy", "thrifty"):
+        sub = [t for t in trajs if t.preference["name"] == prof]
+        calls = sum(sum(t.calls.values()) for t in sub)
+        share = sum(t.calls.get("generalist", 0) for t in sub) / calls if calls else 0.0
+        assert m["policies"]["orchestrator"][prof]["generalist_share"] == pytest.approx(share)
+        assert m["policies"]["orchestrator"][prof]["accuracy"] == pytest.approx(sum(t.outcome for t in sub) / len(sub))
+    gap = 100 * (m["policies"]["orchestrator"]["accuracy"]["generalist_share"]
+                 - m["policies"]["orchestrator"]["thrifty"]["generalist_share"])
+    assert m["controllability_points"] == pytest.approx(gap)
+    rewards = [h["reward"] for h in demo.history]
+    assert m["reward_first10"] == pytest.approx(sum(rewards[:10]) / 10)
+    assert m["reward_last10"] == pytest.approx(sum(rewards[-10:]) / 10)
+
+
+def test_the_oracle_is_never_beaten_on_accuracy(demo):
+    pol = demo.metrics["policies"]
+    for name in ("orchestrator", "strongest", "cheapest", "random"):
+        assert pol[name]["all"]["accuracy"] <= pol["oracle"]["all"]["accuracy"] + 1e-9
