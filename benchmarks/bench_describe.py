@@ -11,18 +11,21 @@ of the tool cards, on the default suite (orchestra-mini):
 Each run: a fresh tiny policy (same seed), SFT warm start on golden trajectories of the train tasks,
 then GRPO for the same number of steps with rewards/toolorchestra.yaml, every drawn task paired under
 the accuracy and the thrifty preference, full tool schemas in the prompt (so descriptions are read)
-and declared tool latency. Both are evaluated on the test split under P = accuracy and P = thrifty.
+and declared tool latency. Both are evaluated on the test split under P = accuracy and P = thrifty,
+with the training rollout settings (3 turns of at most 64 new ids: one call and an answer).
 The warm start draws, per task, uniformly among *all* its routes (golden calls and every offered
 model tool that answers the task itself, `orchlib.baselines.routes`): it teaches the call format of
 every tool and no preference between them, which is left to RL and to what the descriptions say.
 
 Printed: accuracy and mean cost (USD) per profile, and controllability: the share of calls going to
 the dear `generalist` under P = accuracy minus that share under P = thrifty (a policy that reads P
-sends fewer calls to it when told to be thrifty). The ± columns are one binomial standard error; a
-difference smaller than about two of them is noise. Takes about ten minutes on two idle CPU cores
-with the defaults, a budget in which the randomly initialised tiny policy is still learning the call
-format from ~600-token prompts; `--sft-epochs 60 --steps 40 --n-train 100 --n-test 100` (a GPU, or
-an hour of CPU) is a fairer comparison.
+sends fewer calls to it when told to be thrifty), ± one binomial standard error; a difference smaller
+than about two of them is noise. Accuracy comes with its 95% Wilson interval.
+
+Takes about ten minutes on two idle CPU cores with the defaults (thirteen on two busy ones), a budget
+in which the randomly initialised tiny policy is still learning the call format from ~600-token
+prompts: at that size both runs score 0 and the table says nothing about descriptions. A fairer (much
+longer) comparison: `--sft-epochs 60 --steps 40 --n-train 100 --n-test 100`.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from pathlib import Path
 
 from orchlib.baselines import routes
 from orchlib.describe import DescribeError, describe
+from orchlib.describe_stats import wilson
 from orchlib.envs import CATEGORIES, make_suite
-from orchlib.evaluate import EVAL_ROLLOUT, format_table, preference_adherence
+from orchlib.evaluate import format_table, preference_adherence
 from orchlib.models import build_default_policy
 from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
@@ -78,25 +82,38 @@ def every_route(task, cards):
 def train_and_evaluate(cards, suite, args) -> dict:
     """SFT warm start + GRPO on the train split with these cards; the test split under each profile."""
     toolbox = Toolbox.from_cards(cards)
-    rollout = RolloutConfig(tool_schema="full", tool_latency="declared", max_new_tokens=64, max_total_tokens=3072)
+    # One call and an answer solve these categories: 3 turns of 64 ids bound the time a policy that has
+    # not yet learned to stop spends generating, in training and in evaluation alike.
+    rollout = RolloutConfig(tool_schema="full", tool_latency="declared", max_turns=3, max_new_tokens=64,
+                            max_total_tokens=3072)
     model, tok = build_default_policy("tiny", seed=args.seed)
     gold = golden_trajectories([every_route(t, cards) for t in suite.train], toolbox, tok, rollout, seed=args.seed)
-    sft_train(model, tok, gold, SFTConfig(seed=args.seed, epochs=args.sft_epochs, batch_size=8), progress=False)
+    sft = sft_train(model, tok, gold, SFTConfig(seed=args.seed, epochs=args.sft_epochs, batch_size=8),
+                    progress=False)
     config = GRPOConfig(seed=args.seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
                         paired_profiles=PROFILES, rollout=rollout)
     trainer = Trainer((model, tok), suite.train, toolbox, Reward.load(REPO / "rewards" / "toolorchestra.yaml"),
                       config)
-    trainer.run(args.steps, progress=False)
-    eval_cfg = EVAL_ROLLOUT.model_copy(update={"tool_schema": "full", "tool_latency": "declared"})
-    return preference_adherence(trainer.engine, suite.test, toolbox, PROFILES, config=eval_cfg,
-                                group_size=args.eval_group, seed=args.seed)
+    t = time.perf_counter()
+    steps = trainer.run(args.steps, progress=False)
+    grpo_s = time.perf_counter() - t
+    t = time.perf_counter()
+    result = preference_adherence(trainer.engine, suite.test, toolbox, PROFILES, config=rollout,
+                                  group_size=args.eval_group, seed=args.seed)
+    last = steps[-1].metrics if steps else {}
+    print(f"    SFT {len(sft.losses)} steps in {sft.seconds:.0f} s (loss {sft.losses[0]:.2f} -> {sft.losses[-1]:.2f}); "
+          f"GRPO {len(steps)} steps in {grpo_s:.0f} s (last: reward {last.get('reward', 0):.3f}, "
+          f"accuracy {last.get('accuracy', 0):.2f}, errors {last.get('errors', 0):.2f}); "
+          f"evaluation {time.perf_counter() - t:.0f} s")
+    return result
 
 
 def _se(p: float, n: int) -> float:
-    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else float("nan")
+    return math.sqrt(max(p * (1 - p), 0.0) / n)
 
 
 def rows_of(name: str, result: dict) -> list[list[str]]:
+    """Two rows (one per profile); accuracy with its 95% Wilson interval (the outcomes here are 0/1)."""
     reports = result["reports"]
     out, shares = [], {}
     for prof in PROFILES:
@@ -104,10 +121,14 @@ def rows_of(name: str, result: dict) -> list[list[str]]:
         calls = sum(v["count"] for v in m["calls"].values())
         share = m["calls"].get(DEAR, {}).get("share", 0.0)
         shares[prof] = (share, calls)
-        out.append([name, prof, f"{m['accuracy']:.3f}", f"±{_se(m['accuracy'], m['n']):.3f}",
-                    f"{m['cost_usd']:.5f}", f"{share:.3f}", f"{m['errors']['per_task']:.2f}", ""])
+        lo, hi = wilson(round(m["accuracy"] * m["n"]), m["n"])
+        out.append([name, prof, f"{m['accuracy']:.3f}", f"{lo:.2f}–{hi:.2f}", f"{m['cost_usd']:.5f}",
+                    f"{share:.3f}" if calls else "no calls", f"{m['errors']['per_task']:.2f}", ""])
     (s_a, c_a), (s_t, c_t) = shares["accuracy"], shares["thrifty"]
-    out[-1][-1] = f"{s_a - s_t:+.3f} ±{math.hypot(_se(s_a, c_a), _se(s_t, c_t)):.3f}"
+    if c_a and c_t:  # one binomial standard error of each share, over that profile's calls
+        out[-1][-1] = f"{s_a - s_t:+.3f} ±{math.hypot(_se(s_a, c_a), _se(s_t, c_t)):.3f}"
+    else:
+        out[-1][-1] = "n/a (no well-formed calls under a profile)"
     return out
 
 
@@ -142,7 +163,7 @@ def main() -> None:
         t = time.perf_counter()
         rows += rows_of(name, train_and_evaluate(cards, suite, args))
         print(f"  {name}: trained and evaluated in {time.perf_counter() - t:.0f} s")
-    header = ["cards", "P", "accuracy", "± se", "cost $", f"share {DEAR}", "errors/task",
+    header = ["cards", "P", "accuracy", "95% CI", "cost $", f"share {DEAR}", "errors/task",
               f"controllability (Δ share {DEAR})"]
     print()
     print(format_table(header, rows))

@@ -1,7 +1,7 @@
 """A training process for the resume and multi-process tests (run as a script, not collected).
 
     python tests/train_worker.py --policy DIR --ckpt DIR --steps 4 [--resume] --out FILE
-    accelerate launch --cpu --num_processes 2 tests/train_worker.py --policy DIR --steps 1 --out FILE
+    accelerate launch --multi_gpu --num_processes 2 tests/train_worker.py --policy DIR --steps 1 --out FILE
 
 Trains on the toy environment, saves a checkpoint after every step, writes `progress` (the step
 being run) beside the checkpoint, and at the end writes per process: the history, a hash of the
@@ -54,6 +54,7 @@ def main() -> None:
     seen: list[str] = []
     while trainer.step_count < args.steps:
         if args.ckpt and trainer.accelerator.is_main_process:
+            Path(args.ckpt).parent.mkdir(parents=True, exist_ok=True)
             Path(args.ckpt).parent.joinpath("progress").write_text(str(trainer.step_count + 1))
         report = trainer.step()
         seen += sorted({t.task_id for t in report.trajectories})

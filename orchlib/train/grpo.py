@@ -5,7 +5,8 @@
     trainer.run(50)              # a loop over step() with a progress bar
     trainer.save("ckpt"); Trainer.resume("ckpt", tasks, tools, reward)
 
-Multi-process: `accelerate launch --num_processes 2 examples/train.py` (CPU: gloo). Every process
+Multi-process: `accelerate launch --multi_gpu --num_processes 2 script.py` (on a machine without GPUs
+this starts 2 CPU processes with gloo). Every process
 draws the same tasks for a step and rolls out its own share of them; groups never straddle processes,
 so advantages are computed locally and DDP averages the gradients.
 
@@ -141,7 +142,10 @@ class Trainer:
         mp = config.mixed_precision
         if mp == "auto":
             mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-        self.accelerator = Accelerator(mixed_precision=mp, log_with=config.log_with, project_dir=config.project_dir)
+        # cpu=True where there is no GPU: only then does Accelerate start a gloo process group under
+        # `accelerate launch --multi_gpu` / torchrun (MULTI_CPU); its `--cpu` flag alone runs one process
+        self.accelerator = Accelerator(mixed_precision=mp, log_with=config.log_with, project_dir=config.project_dir,
+                                       cpu=not torch.cuda.is_available())
         self.ref_model = None
         if config.kl_coef > 0 and not config.lora:  # full fine-tuning needs a frozen copy as the reference
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(self.accelerator.device)
@@ -280,7 +284,8 @@ class Trainer:
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
-            stats = {"loss": loss.item() * weight, "entropy": float((ent * mask).sum() / mask.sum()) * weight,
+            stats = {"loss": loss.item() * weight,
+                     "entropy": float((ent * mask).sum() / mask.sum().clamp(min=1)) * weight,
                      "_weight": weight}
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
