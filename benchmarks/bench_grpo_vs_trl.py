@@ -77,6 +77,12 @@ def trl_step_times(model, tok, prompts, group, length, steps, lr) -> list[float]
     return [b - a for a, b in pairs][1:]
 
 
+def _reset_accelerate() -> None:
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", nargs="+", default=["tiny", "small"])
@@ -95,12 +101,15 @@ def main() -> None:
         rc = RolloutConfig(show_preference=False, system_prompt="")
         prompts = [render_prompt(Task(id=str(i), prompt=f"Question {i}: what is {i} plus {i * 7}?"), [], tok, rc)
                    for i in range(args.prompts)]
+        _reset_accelerate()  # each trainer sets up Accelerate's process-wide state its own way
         torch.manual_seed(0)
         ours = orchlib_step_times(copy.deepcopy(model), tok, prompts, args.group, args.len, args.steps, 1e-5)
+        _reset_accelerate()
         torch.manual_seed(0)
         theirs = trl_step_times(copy.deepcopy(model), tok, prompts, args.group, args.len, args.steps, 1e-5)
         o, t = statistics.median(ours), statistics.median(theirs)
         rows.append((size, o, t, o / t))
+        print(f"{size}: orchlib {o:.3f} s/step, TRL {t:.3f} s/step, ratio {o / t:.2f}", flush=True)
     import trl
 
     print(f"\nGRPO step, {args.prompts} prompts x {args.group} completions x {args.len} new tokens, CPU fp32, "
