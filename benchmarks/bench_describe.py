@@ -1,4 +1,4 @@
-"""Run: .venv/bin/python benchmarks/bench_describe.py [--steps 6] [--n-train 30] [--n-test 30] [--seed 0]
+"""Run: .venv/bin/python benchmarks/bench_describe.py [--steps 20] [--sft-epochs 40] [--n-train 30] [--n-test 30]
 
 Do tool descriptions written from evidence help an orchestrator? Two runs that differ only in the text
 of the tool cards, on the default suite (orchestra-mini):
@@ -22,10 +22,10 @@ the dear `generalist` under P = accuracy minus that share under P = thrifty (a p
 sends fewer calls to it when told to be thrifty), ± one binomial standard error; a difference smaller
 than about two of them is noise. Accuracy comes with its 95% Wilson interval.
 
-Takes about ten minutes on two idle CPU cores with the defaults (thirteen on two busy ones), a budget
-in which the randomly initialised tiny policy is still learning the call format from ~600-token
-prompts: at that size both runs score 0 and the table says nothing about descriptions. A fairer (much
-longer) comparison: `--sft-epochs 60 --steps 40 --n-train 100 --n-test 100`.
+Takes about five minutes on two idle CPU cores with the defaults (the warm start dominates: 160 SFT
+steps over ~600-token prompts); 18 minutes were measured with the two cores shared with other jobs. With
+fewer SFT steps the randomly initialised tiny policy has not yet learned the call format and both runs
+score 0. A longer comparison: `--sft-epochs 60 --steps 60 --n-train 100 --n-test 100`.
 """
 
 from __future__ import annotations
@@ -139,10 +139,10 @@ def main() -> None:
                     help="comma-separated, or 'all'; the default keeps the categories that offer the generalist")
     ap.add_argument("--n-train", type=int, default=30, help="train tasks (describe, SFT and GRPO draw on them)")
     ap.add_argument("--n-test", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=6, help="GRPO steps of each run")
+    ap.add_argument("--steps", type=int, default=20, help="GRPO steps of each run")
     ap.add_argument("--tasks-per-step", type=int, default=2, help="each paired under both profiles")
     ap.add_argument("--group-size", type=int, default=4)
-    ap.add_argument("--sft-epochs", type=int, default=12, help="passes over the train tasks, batches of 8")
+    ap.add_argument("--sft-epochs", type=int, default=40, help="passes over the train tasks, batches of 8")
     ap.add_argument("--describe-n", type=int, default=40, help="tasks each tool is tried on")
     ap.add_argument("--eval-group", type=int, default=1, help="samples per test task and profile")
     args = ap.parse_args()
