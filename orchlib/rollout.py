@@ -16,23 +16,21 @@ a served 8B policy would take) — set `measure_policy_latency` to use the measu
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from collections import Counter
-from typing import Any, Coroutine, Literal, Sequence, TypeVar
+from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.chat import IM_END, ToolCallParseError, observation_segment, parse_tool_calls
 from orchlib.engines.base import Engine, SamplingParams
 from orchlib.tasks import Preference, Task
+from orchlib.tools.base import run_sync  # one sync bridge for the library (works inside Jupyter's loop)
 from orchlib.trajectory import Observation, Trajectory, Turn
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
-
-T = TypeVar("T")
 
 
 class RolloutConfig(BaseModel):
@@ -65,16 +63,6 @@ class RolloutConfig(BaseModel):
         "full", description="how tools are listed in the system turn: 'full' OpenAI schemas with descriptions "
                             "(real models read them), or 'compact' names and argument names only, which keeps a "
                             "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward)")
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, also inside Jupyter (whose loop is running)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfig) -> str:
