@@ -1,4 +1,5 @@
-""".venv/bin/python benchmarks/bench_grpo_vs_trl.py [--sizes tiny small] [--steps 4] [--prompts 4] [--group 8] [--len 32]
+""".venv/bin/python benchmarks/bench_grpo_vs_trl.py [--sizes tiny small] [--steps 4] [--prompts 4]
+                                                   [--group 8] [--len 32]
 
 One GRPO step of orchlib's Trainer vs TRL's GRPOTrainer on the same model, batch, group size and
 lengths: single-turn, no tools (so both do the same work: sample G completions of L tokens per prompt,

@@ -24,12 +24,14 @@ def report_html(metrics, after, baselines, history) -> str:
     for i, (title, fig) in enumerate(figures):
         body = fig.to_html(full_html=False, include_plotlyjs="inline" if i == 0 else False)
         parts.append(f"<h2>{html.escape(title)}</h2>\n{body}")
-    checks = "".join(f"<li>{html.escape(k)}: <b>{'pass' if v else 'FAIL'}</b></li>" for k, v in metrics["checks"].items())
+    checks = "".join(f"<li>{html.escape(k)}: <b>{'pass' if v else 'FAIL'}</b></li>"
+                     for k, v in metrics["checks"].items())
     table = html.escape(open_table(metrics))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>orchlib demo (seed {metrics['seed']})</title>"
             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} pre{font-size:12px}</style></head>"
             f"<body><h1>orchlib demo, seed {metrics['seed']}</h1><ul>{checks}</ul><pre>{table}</pre>"
-            + "\n".join(parts) + f"<h2>Numbers</h2><pre>{html.escape(json.dumps(metrics['wall_s']))}</pre></body></html>")
+            + "\n".join(parts)
+            + f"<h2>Numbers</h2><pre>{html.escape(json.dumps(metrics['wall_s']))}</pre></body></html>")
 
 
 def open_table(metrics) -> str:

@@ -25,7 +25,7 @@ import json
 import pickle
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -202,8 +202,11 @@ class Trainer:
         t3 = time.perf_counter()
         self.step_count += 1
         metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd)
-        metrics.update({"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2,
-                        "time/step": t3 - t0, "lr": self.scheduler.get_last_lr()[0]})
+        times = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0}
+        if acc.num_processes > 1:  # the step lasts as long as its slowest process
+            times = {k: max(d[k] for d in _gather_dicts(times)) for k in times}
+        metrics.update(times)
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
         self.history.append(metrics)
         if cfg.log_with:
             acc.log(metrics, step=self.step_count)
@@ -221,11 +224,16 @@ class Trainer:
         return reports
 
     def _term_means(self, groups, tasks) -> dict[str, float]:
-        sums: dict[str, list[float]] = defaultdict(list)
+        """Mean contribution of each reward term, over the trajectories of every process."""
+        sums: dict[str, float] = Counter()
         for g, t in zip(groups, tasks):
             for name, values in self.reward.explain(g, P=t.preference).contributions.items():
-                sums[name] += list(np.asarray(values, dtype=float))
-        return {k: float(np.mean(v)) for k, v in sums.items()}
+                values = np.asarray(values, dtype=float)
+                sums[name] += float(values.sum())
+                sums["_n/" + name] += float(values.size)
+        if self.accelerator.num_processes > 1:
+            sums = _sum_dicts(_gather_dicts(dict(sums)))
+        return {k: sums[k] / max(sums["_n/" + k], 1.0) for k in sums if not k.startswith("_n/")}
 
     def _update(self, trajs: list[Trajectory], advantages: list[float]) -> dict[str, float]:
         """One optimiser step over the kept trajectories (micro-batched); all processes take part."""
@@ -251,6 +259,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if acc.num_processes > 1:  # token-weighted means over every process, not just this one
+            stats = _sum_dicts(_gather_dicts(dict(stats)))
         out = {k: v / max(stats.get("_weight", 1.0), 1e-12) for k, v in stats.items() if k != "_weight"}
         out["grad_norm"] = float(grad_norm)
         return out
@@ -368,6 +378,20 @@ class Trainer:
         trainer.rng.setstate(pickle.loads((ckpt / "sampler_rng.pkl").read_bytes()))
         trainer.step_count, trainer.history = state["step"], state["history"]
         return trainer
+
+
+def _gather_dicts(d: dict[str, float]) -> list[dict[str, float]]:
+    """Every process's copy of `d` (a collective call: all processes must make it together)."""
+    from accelerate.utils import gather_object
+
+    return gather_object([d])
+
+
+def _sum_dicts(ds: list[dict[str, float]]) -> dict[str, float]:
+    total: Counter[str] = Counter()
+    for d in ds:
+        total.update(d)
+    return dict(total)
 
 
 def _summaries(rows: list[dict]) -> dict[str, float]:
