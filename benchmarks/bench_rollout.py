@@ -3,11 +3,12 @@
 Tokens generated per second by a 3-turn rollout of 32 trajectories vs one plain batched `generate`
 of the same number of new tokens on the same engine (target: rollout ≥ 0.8 of plain).
 
-So that every trajectory really makes 3 turns with a randomly initialised model, the engine samples
-each turn with the real model (full compute: `--tokens` new ids per row, KV cache, the same batch)
-and then hands the rollout a scripted tool call of that length instead of the sampled ids. Everything
-else is the real rollout: prompts, parsing, concurrent tool calls, observation segments, and the
-re-prefill of each trajectory's whole context at every turn (the rollout's main extra cost).
+So that every trajectory really makes 3 turns with a randomly initialised model, the sampler is
+teacher-forced: every step runs the real model and the real sampling (full compute, KV cache, the
+same batch), then emits the next id of a scripted tool call instead of the drawn one. Everything else
+is the real rollout: prompts, parsing, concurrent tool calls, observation segments, and the engine's
+reuse of each conversation's keys/values from one turn to the next. `--no-reuse` turns that reuse
+off, to show what it buys.
 """
 
 from __future__ import annotations
@@ -20,21 +21,31 @@ import warnings
 warnings.filterwarnings("ignore")
 
 
-class ForcedEngine:
-    """Real sampling compute, scripted text (see the module docstring)."""
+def forced_engine(model, tok, text, **kw):
+    """A TransformersEngine whose sampler emits `text` (+ eos) step by step after doing the real work."""
+    import torch
 
-    def __init__(self, engine, text):
-        self.engine, self.tokenizer = engine, engine.tokenizer
-        self.ids = engine.tokenizer.encode(text, add_special_tokens=False) + [engine.tokenizer.eos_token_id]
-        self.new_tokens = 0
+    from orchlib.engines import TransformersEngine
 
-    def generate(self, prompts, params, stop_ids=()):
-        n = len(self.ids)
-        out = self.engine.generate(prompts, params.model_copy(update={"max_new_tokens": n}), stop_ids=[])
-        for g in out.outputs:
-            self.new_tokens += len(g.ids)
-            g.ids, g.finish_reason = list(self.ids), "stop"
-        return out
+    class ForcedEngine(TransformersEngine):
+        script = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+        new_tokens = 0
+
+        def generate(self, prompts, params, stop_ids=()):
+            self._step = 0
+            out = super().generate(prompts, params.model_copy(update={"max_new_tokens": len(self.script)}), [])
+            self.new_tokens += out.new_tokens
+            for g in out.outputs:
+                g.finish_reason = "stop"
+            return out
+
+        def _sample(self, logits, params):
+            _, logprob = super()._sample(logits, params)  # the real sampling cost, then the scripted id
+            token = torch.full_like(logprob, self.script[self._step], dtype=torch.long)
+            self._step += 1
+            return token, logprob
+
+    return ForcedEngine(model, tok, seed=0, **kw)
 
 
 def main() -> None:
@@ -42,6 +53,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["tiny", "small"])
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-reuse", action="store_true", help="turn the engine's prefix cache off")
     args = ap.parse_args()
 
     from orchlib.chat import render_call
@@ -70,10 +82,11 @@ def main() -> None:
     rows = []
     for size in args.sizes:
         model, tok = build_default_policy(size)
-        engine = TransformersEngine(model, tok, seed=0)
+        kw = {"prefix_cache_mb": 0} if args.no_reuse else {}
+        engine = TransformersEngine(model, tok, seed=0, **kw)
         ro_rates, plain_rates = [], []
         for _ in range(args.repeats):
-            forced = ForcedEngine(engine, call)
+            forced = forced_engine(model, tok, call, **kw)
             t0 = time.perf_counter()
             trajs = rollout(tasks, toolbox, forced, cfg, group_size=1, seed=0)
             ro_s = time.perf_counter() - t0
@@ -89,7 +102,7 @@ def main() -> None:
         ro, plain = statistics.median(ro_rates), statistics.median(plain_rates)
         rows.append((size, forced.new_tokens, ro, plain, ro / plain))
     print(f"\n3-turn rollout of {args.batch} trajectories vs one batched generate of the same new tokens "
-          f"(median of {args.repeats})")
+          f"(median of {args.repeats}; prefix reuse {'off' if args.no_reuse else 'on'})")
     print(f"{'model':<7}{'new tokens':>11}{'rollout tok/s':>15}{'generate tok/s':>16}{'ratio':>7}  target >= 0.8")
     for size, n, ro, plain, r in rows:
         print(f"{size:<7}{n:>11}{ro:>15.0f}{plain:>16.0f}{r:>7.2f}  {'ok' if r >= 0.8 else 'MISSED'}")

@@ -3,7 +3,8 @@
 A hand-written loop rather than `model.generate` so that (1) the recorded log-prob is exactly
 log_softmax(logits / T) of the sampled id, the quantity GRPO's ratio needs, and (2) finished rows
 are dropped from the batch and the KV cache as soon as they stop, which matters when a batch of
-tool-call turns has very different lengths.
+tool-call turns has very different lengths, and (3) the keys/values of every finished row are kept
+(`prefix_cache.py`), so the next turn of a conversation prefills only its new tokens.
 """
 
 from __future__ import annotations
@@ -12,21 +13,30 @@ import time
 from typing import Sequence
 
 import torch
+from transformers import DynamicCache
 
 from orchlib.engines.base import GenerateResult, Generation, SamplingParams
+from orchlib.engines.prefix_cache import PrefixCache, assemble, supports_prefix_cache, weights_version
 
 __all__ = ["TransformersEngine"]
 
 
 class TransformersEngine:
-    """Engine over a loaded (model, tokenizer). `device` defaults to the model's device."""
+    """Engine over a loaded (model, tokenizer). `device` defaults to the model's device.
 
-    def __init__(self, model, tokenizer, *, device: str | torch.device | None = None, seed: int = 0):
+    `prefix_cache_mb` bounds the keys/values kept for reuse by later prompts that extend earlier
+    sequences (0 turns reuse off; models with sliding-window layers never reuse).
+    """
+
+    def __init__(self, model, tokenizer, *, device: str | torch.device | None = None, seed: int = 0,
+                 prefix_cache_mb: int = 1024):
         self.model = model
         self.tokenizer = tokenizer
         self.device = torch.device(device) if device else next(model.parameters()).device
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        reuse = prefix_cache_mb > 0 and supports_prefix_cache(model.config)
+        self.prefix_cache = PrefixCache(prefix_cache_mb << 20) if reuse else None
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
@@ -39,21 +49,14 @@ class TransformersEngine:
             return GenerateResult([], 0.0)
         was_training = self.model.training
         self.model.eval()
-        width = max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row's last prompt token is at the right edge
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[i, width - len(p):] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        cache, attn, ids, pos, reused = self._prefill_inputs(prompts)
         stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
 
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
         finish: list[str] = ["length"] * n
         rows = torch.arange(n, device=self.device)  # original index of each row still in the batch
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True)
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         next_pos = pos[:, -1:] + 1
         for step in range(params.max_new_tokens):
@@ -65,7 +68,11 @@ class TransformersEngine:
             done = torch.isin(token, stop) if len(stop) else torch.zeros_like(token, dtype=torch.bool)
             for i in rows[done].tolist():
                 finish[i] = "stop"
-            if step == params.max_new_tokens - 1 or bool(done.all()):
+            last = step == params.max_new_tokens - 1 or bool(done.all())
+            if self.prefix_cache is not None:  # keep the rows leaving the batch for a later turn
+                leaving = range(len(rows)) if last else done.nonzero().squeeze(-1).tolist()
+                self._keep(cache, attn, rows, leaving, prompts, out_ids)
+            if last:
                 break
             keep = (~done).nonzero().squeeze(-1)
             if len(keep) < len(rows):  # shrink the batch and its cache to the rows still running
@@ -79,7 +86,46 @@ class TransformersEngine:
         if was_training:
             self.model.train()
         gens = [Generation(out_ids[i], out_lp[i], finish[i]) for i in range(n)]  # type: ignore[arg-type]
-        return GenerateResult(gens, time.perf_counter() - t0, prompt_tokens=sum(len(p) for p in prompts))
+        return GenerateResult(gens, time.perf_counter() - t0, prompt_tokens=sum(len(p) for p in prompts),
+                              meta={"reused_prompt_tokens": reused})
+
+    def clear_prefix_cache(self) -> None:
+        """Free the kept keys/values now (they would be dropped anyway once the weights change)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def _prefill_inputs(self, prompts):
+        """(cache, attention mask, ids, positions) for the first forward: reused prefixes + new ids."""
+        n = len(prompts)
+        prefixes: list = [(0, None)] * n
+        if self.prefix_cache is not None:
+            self.prefix_cache.check_version(weights_version(self.model))
+            prefixes = [self.prefix_cache.lookup(p) for p in prompts]
+        width = max(len(p) - c for p, (c, _) in zip(prompts, prefixes))
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((n, width), dtype=torch.long)
+        for i, (p, (c, _)) in enumerate(zip(prompts, prefixes)):  # left padding: last ids at the right edge
+            new = p[c:]
+            ids[i, width - len(new):] = torch.tensor(new, dtype=torch.long)
+            attn[i, width - len(new):] = 1
+        ids, attn, cache = ids.to(self.device), attn.to(self.device), None
+        reused = [layers for _, layers in prefixes if layers is not None]
+        if reused:  # a padded hole between a row's prefix and its new ids is masked out like left padding
+            past, past_mask = assemble(prefixes, len(reused[0]), reused[0][0][0])
+            cache = DynamicCache(ddp_cache_data=past, config=self.model.config)
+            attn = torch.cat([past_mask, attn], dim=-1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, -width:]
+        return cache, attn, ids, pos, sum(c for c, _ in prefixes)
+
+    def _keep(self, cache, attn, rows, leaving, prompts, out_ids) -> None:
+        """Store the keys/values of `leaving` batch rows: their prompt and every sampled id but the last."""
+        for j in leaving:
+            i = int(rows[j])
+            real = attn[j].bool()
+            layers = [(layer.keys[j][:, real], layer.values[j][:, real]) for layer in cache.layers]
+            seq = list(prompts[i]) + out_ids[i][:-1]  # the last sampled id was never fed to the model
+            assert layers[0][0].shape[1] == len(seq), "prefix cache out of step with the batch"
+            self.prefix_cache.store(seq, layers)
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample one id per row; return it with its log-prob under softmax(logits / T)."""

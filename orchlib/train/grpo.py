@@ -185,6 +185,7 @@ class Trainer:
         tasks = self._draw_tasks()
         local = tasks[acc.process_index::acc.num_processes]
         trajs = rollout(local, self.toolbox, self.engine, cfg.rollout, group_size=G) if local else []
+        self.engine.clear_prefix_cache()  # the update below makes the kept keys/values stale: free them now
         t1 = time.perf_counter()
         groups = [trajs[i * G:(i + 1) * G] for i in range(len(local))]
         rewards = np.array([self.reward(g, P=t.preference) for g, t in zip(groups, local)], dtype=np.float64)
