@@ -137,7 +137,12 @@ class TransformersEngine:
         probs = logp.exp()
         if params.top_k or params.top_p < 1.0:
             probs = _truncate(probs, params.top_k, params.top_p)
-        token = torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(-1).to(logits.device)
+        # Inverse-CDF sampling: one uniform per row against the cumulative sum. Same distribution as
+        # torch.multinomial (renormalising truncated rows too), several times faster over a vocabulary
+        # on CPU; right=True never lands on a zero-probability id.
+        cdf = probs.cumsum(-1)
+        u = torch.rand((len(probs), 1), generator=self.generator).to(cdf.device) * cdf[:, -1:]
+        token = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
         return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 

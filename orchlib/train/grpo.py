@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import json
 import pickle
 import random
@@ -154,6 +155,8 @@ class Trainer:
         warm = config.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._can_skip_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
         acc = self.accelerator
         self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer,
                                          seed=config.seed * 1000 + acc.process_index)
@@ -283,13 +286,17 @@ class Trainer:
             ids[i, :n], attn[i, :n] = torch.tensor(t.ids), 1
             mask[i, :n], old[i, :n] = torch.tensor(t.mask, dtype=torch.float32), torch.tensor(t.logprobs)
         ids, attn, mask, old = ids.to(dev), attn.to(dev), mask[:, 1:].to(dev), old[:, 1:].to(dev)
+        # Logits only from the first position that predicts a sampled id: the prompt's logits are never
+        # used, and on a long prompt the vocabulary projection and its softmax are a large share of the work.
+        start = int(mask.any(0).nonzero()[0]) if bool(mask.any()) else 0
+        tgt, mask, old = ids[:, start + 1:], mask[:, start:], old[:, start:]
         adv = torch.tensor(advantages, dtype=torch.float32, device=dev)
-        out = self.model(input_ids=ids, attention_mask=attn)
-        logits = out.logits[:, :-1].float() / cfg.rollout.temperature if cfg.rollout.temperature > 0 \
-            else out.logits[:, :-1].float()
+        logits = self._logits(self.model, ids, attn, ids.shape[1] - start)[:, :-1].float()
+        if cfg.rollout.temperature > 0:
+            logits = logits / cfg.rollout.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        ref = self._ref_logprobs(ids, attn) if cfg.kl_coef > 0 else None
+        logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+        ref = self._ref_logprobs(ids, attn, tgt) if cfg.kl_coef > 0 else None
         loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             kl_coef=cfg.kl_coef, level=cfg.loss_level)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
@@ -301,16 +308,23 @@ class Trainer:
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
 
+    def _logits(self, model, ids, attn, keep: int) -> torch.Tensor:
+        """Logits of the last `keep` positions (all of them for models whose forward cannot skip)."""
+        if self._can_skip_logits:
+            return model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+        return model(input_ids=ids, attention_mask=attn).logits[:, -keep:]
+
     @torch.no_grad()
-    def _ref_logprobs(self, ids, attn):
+    def _ref_logprobs(self, ids, attn, tgt):
         temp = self.config.rollout.temperature or 1.0
+        keep = tgt.shape[1] + 1
         if self.config.lora:
             with self.accelerator.unwrap_model(self.model).disable_adapter():
-                logits = self.model(input_ids=ids, attention_mask=attn).logits
+                logits = self._logits(self.model, ids, attn, keep)
         else:
-            logits = self.ref_model(input_ids=ids, attention_mask=attn).logits
+            logits = self._logits(self.ref_model, ids, attn, keep)
         logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
-        return logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        return logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
 
     def _metrics(self, trajs, rewards, terms, keep, upd) -> dict[str, float]:
         from accelerate.utils import gather_object
