@@ -32,7 +32,8 @@ _EXPORTS: dict[str, str] = {
     "rollout": "orchlib.rollout", "RolloutConfig": "orchlib.rollout",
     "Reward": "orchlib.reward", "RewardSyntaxError": "orchlib.reward",
     "Trainer": "orchlib.train", "GRPOConfig": "orchlib.train", "LoraSettings": "orchlib.train",
-    "SFTConfig": "orchlib.train", "golden_trajectories": "orchlib.train", "sft_train": "orchlib.train",
+    "SFTConfig": "orchlib.train", "SFTExample": "orchlib.train", "golden_trajectories": "orchlib.train",
+    "sft_train": "orchlib.train",
     "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate",
     # tool descriptions written from evidence
     "describe": "orchlib.describe", "describe_file": "orchlib.describe", "DescribeResult": "orchlib.describe",

@@ -44,7 +44,7 @@ REWARD_FILE = Path(__file__).resolve().parents[1] / "rewards" / "toolorchestra.y
 
 DEMO_ROLLOUT = RolloutConfig(
     max_turns=2, max_new_tokens=40, tool_schema="compact", tool_latency="declared",
-    system_prompt="You are an orchestrator. Call one tool; its answer is final.", temperature=1.0)
+    system_prompt="You are an orchestrator. Call one tool; its answer is final.", temperature=0.7)
 
 
 class DemoConfig(BaseModel):
@@ -56,11 +56,16 @@ class DemoConfig(BaseModel):
     steps: int = Field(100, ge=0, description="GRPO steps")
     n_train: int = Field(120, ge=4, description="train tasks (half arithmetic, half GSM8K)")
     n_test: int = Field(40, ge=4, description="held-out test tasks")
-    sft_epochs: int = Field(4, ge=1, description="warm-start passes over the golden trajectories (batches of "
-                                                 "8: ~160 steps; ~100 left ~1 in 4 sampled calls malformed)")
-    copy_drills: int = Field(200, ge=0, description="calculator-only arithmetic tasks added to the warm start")
-    sft_learning_rate: float = Field(6e-3, gt=0, description="peak lr of the warm start (cosine to 0)")
-    sft_per_task: int = Field(1, ge=1, description="golden trajectories per train task")
+    copy_drills: int = Field(2000, ge=0, description="short calculator drills of phase 1 of the warm start")
+    copy_gate: float = Field(0.95, ge=0, le=1, description="phase 1 ends once held-out drills are copied this "
+                                                           "exactly (greedy); RL needs ~0.95 (see DESIGN.md)")
+    copy_max_steps: int = Field(1500, ge=0, description="phase 1 budget; copying appears abruptly, after "
+                                                        "~600-900 steps of batch 16 for the tiny policy")
+    copy_learning_rate: float = Field(6e-3, gt=0)
+    sft_steps: int = Field(150, ge=1, description="phase 2: golden trajectories in the orchestration format")
+    sft_extra_arithmetic: int = Field(400, ge=0, description="more arithmetic tasks for phase 2, offering both "
+                                                             "tools; the golden tool is drawn at random")
+    sft_learning_rate: float = Field(3e-3, gt=0, description="peak lr of phase 2 (cosine to 0)")
     learning_rate: float = Field(5e-4, gt=0, description="GRPO lr; 1e-3 collapsed, 1e-4 was slow in tests")
     kl_coef: float = Field(0.05, ge=0, description="k3 KL to the warm start; without it the policy "
                                                    "collapsed onto one tool for every P")
@@ -100,14 +105,66 @@ def demo_suite(seed: int, n_train: int, n_test: int):
 
 
 def copy_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
-    """Arithmetic tasks that offer only the calculator: SFT on them teaches copying the expression
-    exactly without teaching any choice between tools (there is none to make)."""
+    """Arithmetic tasks that appear nowhere in the demo's train or test split (same generator)."""
     from orchlib.envs.mini import arithmetic_tasks
 
-    drills = [t for t in arithmetic_tasks(random.Random(f"copy-drills:{seed}"), n + len(exclude))
-              if t.prompt not in exclude][:n]
-    return [t.model_copy(update={"id": f"drill-{t.id}", "tools": ["calculator"],
-                                 "golden": Golden(calls=t.golden.calls, answer=t.answer)}) for t in drills]
+    return [t for t in arithmetic_tasks(random.Random(f"copy-drills:{seed}"), n + len(exclude))
+            if t.prompt not in exclude][:n]
+
+
+def copy_examples(tasks: list[Task], tokenizer) -> list:
+    """Phase 1 of the warm start: the question alone, then the calculator call that copies it.
+
+    A ~1 M-parameter policy learns to copy digits only after hundreds of steps; on these ~50-token
+    drills a step costs a third of one on the ~170-token orchestration prompt. They offer no tool
+    choice, so they teach nothing RL is meant to learn."""
+    from orchlib.chat import render_assistant
+    from orchlib.train import SFTExample
+
+    out = []
+    for t in tasks:
+        prompt = tokenizer.encode(_short_prompt(t), add_special_tokens=False)
+        call = tokenizer.encode(render_assistant("", t.golden.calls) + "<|im_end|>", add_special_tokens=False)
+        out.append(SFTExample(prompt + call, [0] * len(prompt) + [1] * len(call)))
+    return out
+
+
+def copy_accuracy(engine, tasks: list[Task]) -> float:
+    """Greedy, in the drills' short format: share of calls whose expression is the question's, exactly."""
+    from orchlib.engines import SamplingParams
+
+    tok = engine.tokenizer
+    prompts = [tok.encode(_short_prompt(t), add_special_tokens=False) for t in tasks]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=40, temperature=0.0),
+                           stop_ids=[tok.convert_tokens_to_ids("<|im_end|>")]).outputs
+    return sum(_copied(tok.decode(o.ids).removesuffix("<|im_end|>"), t) for t, o in zip(tasks, outs)) / len(tasks)
+
+
+def _short_prompt(t: Task) -> str:
+    return f"<|im_start|>user\n{t.prompt}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _copied(text: str, task: Task) -> bool:
+    from orchlib.chat import parse_tool_calls
+
+    try:
+        calls = parse_tool_calls(text)[1]
+    except ValueError:
+        return False
+    want = task.golden.calls[0].arguments["expression"] if task.golden and task.golden.calls else None
+    return bool(calls) and calls[0].arguments.get("expression") == want
+
+
+def extra_arithmetic(tasks: list[Task], seed: int) -> list[Task]:
+    """Phase-2 arithmetic tasks in the demo's format: both tools offered, either one golden (drawn at
+    random by the warm start), the profile drawn at random — so the format is taught, not the choice."""
+    rng = random.Random(f"extra:{seed}")
+    out = []
+    for t in tasks:
+        golden = Golden(calls=t.golden.calls[:1], alternatives=[[ToolCall(name=EXPENSIVE)]], answer=t.answer)
+        out.append(t.model_copy(update={"id": f"extra-{t.id}", "tools": DEMO_TOOLS["arithmetic"], "golden": golden,
+                                        "preference": PROFILES[rng.choice(DEMO_PROFILES)]}))
+    return out
 
 
 def under(tasks: list[Task], profiles=DEMO_PROFILES) -> list[Task]:
@@ -118,7 +175,6 @@ def under(tasks: list[Task], profiles=DEMO_PROFILES) -> list[Task]:
 def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, seed: int = 0) -> dict[str, float]:
     """Before RL: share of well-formed turns (sampled, as RL samples), and how often the policy copies
     the arithmetic expression exactly once it has chosen the calculator (the call's opening is given)."""
-    from orchlib.chat import parse_tool_calls
     from orchlib.engines import SamplingParams
     from orchlib.rollout import render_prompt, rollout, tool_schemas
 
@@ -136,15 +192,8 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
     gens = engine.generate(prompts, SamplingParams(max_new_tokens=config.max_new_tokens,
                                                    temperature=config.temperature, seed=seed),
                            stop_ids=[tok.convert_tokens_to_ids("<|im_end|>")]).outputs
-    exact = 0
-    for t, g in zip(arith, gens):
-        text = opening + tok.decode(g.ids, skip_special_tokens=False).removesuffix("<|im_end|>")
-        try:
-            calls = parse_tool_calls(text)[1]
-        except ValueError:
-            continue
-        want = t.golden.calls[0].arguments["expression"] if t.golden and t.golden.calls else None
-        exact += bool(calls) and calls[0].arguments.get("expression") == want
+    exact = sum(_copied(opening + tok.decode(g.ids, skip_special_tokens=False).removesuffix("<|im_end|>"), t)
+                for t, g in zip(arith, gens))
     return {"well_formed_turns": good / max(len(turns), 1),
             "arithmetic_copy_exact": exact / max(len(arith), 1), "n_turns": float(len(turns)),
             "n_arithmetic": float(len(arith))}
@@ -171,16 +220,30 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["setup"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    drills = copy_drills(config.seed, config.copy_drills, {t.prompt for t in train + test})
-    gold = golden_trajectories(train + drills, toolbox, tok, DEMO_ROLLOUT, seed=config.seed,
-                               per_task=config.sft_per_task)
-    sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, epochs=config.sft_epochs, batch_size=8,
-                                                learning_rate=config.sft_learning_rate), progress=progress)
+    engine = TransformersEngine(model, tok, seed=config.seed)
+    pool = copy_drills(config.seed, config.copy_drills + 64 + config.sft_extra_arithmetic,
+                       {t.prompt for t in train + test})
+    drills, gate, extra = pool[:config.copy_drills], pool[-64:], pool[config.copy_drills:-64]
+    copy_sft = None
+    if config.copy_drills and config.copy_max_steps:
+        copy_sft = sft_train(model, tok, copy_examples(drills, tok),
+                             SFTConfig(seed=config.seed, max_steps=config.copy_max_steps, batch_size=16,
+                                       learning_rate=config.copy_learning_rate, schedule="constant",
+                                       warmup_fraction=0.02),
+                             progress=progress, until=lambda: copy_accuracy(engine, gate) >= config.copy_gate,
+                             check_every=50, desc="warm start 1/2: copy drills")
+    gold = golden_trajectories(train + extra_arithmetic(extra, config.seed), toolbox, tok, DEMO_ROLLOUT,
+                               seed=config.seed)
+    sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
+                                                learning_rate=config.sft_learning_rate),
+                    progress=progress, desc="warm start 2/2: golden trajectories")
+    engine.clear_prefix_cache()
     wall["warm_start"] = time.perf_counter() - t
 
-    engine = TransformersEngine(model, tok, seed=config.seed)
     t = time.perf_counter()
     checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed)
+    checks["copy_drill_steps"] = float(len(copy_sft.losses)) if copy_sft else 0.0
+    checks["copy_gate_accuracy"] = copy_accuracy(engine, gate)
     before = _policy_eval(engine, test, toolbox, reward, config)
     wall["eval_before"] = time.perf_counter() - t
 

@@ -88,6 +88,7 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
         "entropy_last": history[-1].get("entropy") if history else None,
         "kl_last": history[-1].get("kl") if history else None,
+        "history": history,  # every GRPO step's metrics, as the trainer logged them
     }
     thrifty_r = {n: across[n].get("thrifty", float("nan")) for n in across}
     m["checks"] = {
@@ -118,7 +119,8 @@ def _table(m: dict[str, Any]) -> str:
              f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "
              f"(before RL: {m['controllability_points_before_rl']:.1f})",
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
-             f"{100 * m['format']['arithmetic_copy_exact']:.1f}%",
+             f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (after {m['format'].get('copy_drill_steps', 0):.0f} "
+             f"steps of copy drills; held-out drills copied {100 * m['format'].get('copy_gate_accuracy', 0):.0f}%)",
              f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f}",
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",

@@ -16,7 +16,8 @@ def demo(tmp_path_factory, policy_cache):
     mp = pytest.MonkeyPatch()
     mp.setenv("ORCHLIB_CACHE", str(policy_cache))
     out = tmp_path_factory.mktemp("demo")
-    cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=24, sft_epochs=2, eval_samples=1, out=str(out))
+    cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=64, copy_max_steps=30, sft_steps=20,
+                     sft_extra_arithmetic=16, eval_samples=1, out=str(out))
     yield run_demo(cfg, progress=False)
     mp.undo()
 
@@ -33,6 +34,8 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
     assert html.count("plotly-graph-div") >= 5 and "orchlib demo" in html
     assert set(m["wall_s"]) >= {"warm_start", "grpo", "eval_before", "eval_after", "baselines"}
     assert len(demo.history) == 12 and "checks:" in demo.table
+    assert [h["step"] for h in m["history"]] == [h["step"] for h in demo.history]
+    assert m["format"]["copy_drill_steps"] == 30  # the gate is checked every 50 steps: never reached here
 
 
 def test_reported_numbers_match_the_saved_trajectories(demo):

@@ -6,6 +6,10 @@ are exactly those RL will see. The loss is cross-entropy on mask-1 ids only (the
 
 It must not teach the *choice* RL is meant to learn: where a task's golden data offers several valid
 call sequences (`Golden.alternatives`), one is drawn uniformly at random, whatever the task's P.
+
+`sft_train` also takes plain `SFTExample(ids, mask)` pairs (e.g. short drills that teach a skill
+outside the orchestration format), a step budget instead of epochs, and an `until` check that ends
+training early once a skill is there (a gate measured on held-out data, not on the loss).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Literal, Protocol, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,7 +29,7 @@ from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.trajectory import Trajectory
 
-__all__ = ["SFTConfig", "SFTReport", "golden_script", "golden_trajectories", "sft_train"]
+__all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_trajectories", "sft_train"]
 
 
 class SFTConfig(BaseModel):
@@ -34,6 +38,9 @@ class SFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int = 0
     epochs: int = Field(3, ge=1, description="passes over the golden trajectories")
+    max_steps: int | None = Field(None, ge=1, description="a step budget instead of `epochs` (reshuffled passes)")
+    schedule: Literal["cosine", "constant"] = Field("cosine", description="after warm-up; 'constant' suits a "
+                                                    "budget that an `until` check usually cuts short")
     learning_rate: float = Field(3e-3, gt=0, description="peak; high because the default policy is a randomly "
                                                          "initialised ~1 M model. Warm-up then cosine decay to 0")
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
@@ -48,6 +55,28 @@ class SFTReport:
     seconds: float = 0.0
     n_trajectories: int = 0
     n_tokens: int = 0
+    stopped_early: bool = False                         # `until` said the skill was there
+
+
+class _Example(Protocol):
+    ids: list[int]
+    mask: list[int]
+
+
+@dataclass
+class SFTExample:
+    """A training sequence outside a rollout: ids, and 1 where the loss applies."""
+
+    ids: list[int]
+    mask: list[int]
+
+    def __post_init__(self):
+        if len(self.ids) != len(self.mask):
+            raise ValueError(f"SFTExample: {len(self.ids)} ids but {len(self.mask)} mask entries")
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.mask)
 
 
 def golden_script(task: Task, rng: random.Random) -> list[str]:
@@ -76,9 +105,12 @@ def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: Rollo
     return out
 
 
-def sft_train(model, tokenizer, trajectories: Sequence[Trajectory], config: SFTConfig = SFTConfig(),
-              progress: bool = True) -> SFTReport:
-    """Cross-entropy on the mask-1 ids of `trajectories`, with Accelerate. Trains `model` in place."""
+def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample], config: SFTConfig = SFTConfig(),
+              progress: bool = True, until: Callable[[], bool] | None = None, check_every: int = 100,
+              desc: str = "SFT warm start") -> SFTReport:
+    """Cross-entropy on the mask-1 ids of `trajectories`, with Accelerate. Trains `model` in place.
+
+    `until`, if given, is called every `check_every` steps (model in eval mode); True ends training."""
     from accelerate import Accelerator
     from tqdm.auto import tqdm
 
@@ -86,12 +118,17 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory], config: SFTC
     acc = Accelerator(mixed_precision=config.mixed_precision)
     torch.manual_seed(config.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
-    steps = config.epochs * ((len(trajectories) + config.batch_size - 1) // config.batch_size)
+    per_epoch = (len(trajectories) + config.batch_size - 1) // config.batch_size
+    steps = config.max_steps or config.epochs * per_epoch
     warm = max(1, int(config.warmup_fraction * steps))
     # decaying to 0 matters: sampled at temperature 1, a policy that stops at a high lr still makes
     # format slips on a fair share of turns
     def lr_factor(s: int) -> float:
-        return (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+        if s < warm:
+            return (s + 1) / warm
+        if config.schedule == "constant":
+            return 1.0
+        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     pmodel, opt, sched = acc.prepare(model, opt, sched)
@@ -99,32 +136,46 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory], config: SFTC
     order = list(range(len(trajectories)))
     report = SFTReport(n_trajectories=len(trajectories), n_tokens=sum(t.num_tokens for t in trajectories))
     pad = tokenizer.pad_token_id or 0
-    bar = tqdm(total=steps, desc="SFT warm start", disable=not progress)
+    bar = tqdm(total=steps, desc=desc, disable=not progress)
     pmodel.train()
-    for _ in range(config.epochs):
+    done = 0
+    while done < steps:
         rng.shuffle(order)
         for i in range(0, len(order), config.batch_size):
-            batch = [trajectories[j] for j in order[i:i + config.batch_size]]
-            width = max(len(t.ids) for t in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            attn = torch.zeros_like(ids)
-            for r, t in enumerate(batch):
-                n = len(t.ids)
-                ids[r, :n], attn[r, :n] = torch.tensor(t.ids), 1
-                m = torch.tensor(t.mask, dtype=torch.bool)
-                labels[r, :n] = torch.where(m, torch.tensor(t.ids), torch.tensor(-100))
-            ids, attn, labels = ids.to(acc.device), attn.to(acc.device), labels.to(acc.device)
-            loss = pmodel(input_ids=ids, attention_mask=attn, labels=labels).loss  # shifts labels itself
-            acc.backward(loss)
-            acc.clip_grad_norm_(pmodel.parameters(), config.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            report.losses.append(loss.item())
+            if done == steps:
+                break
+            report.losses.append(_step([trajectories[j] for j in order[i:i + config.batch_size]], pmodel, acc, opt,
+                                       sched, pad, config.max_grad_norm))
+            done += 1
             bar.update(1)
             bar.set_postfix(loss=f"{report.losses[-1]:.3f}")
+            if until is not None and done % check_every == 0 and done < steps:
+                pmodel.eval()
+                report.stopped_early = bool(until())
+                pmodel.train()
+                if report.stopped_early:
+                    steps = done
     bar.close()
     pmodel.eval()
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad_norm: float) -> float:
+    width = max(len(t.ids) for t in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for r, t in enumerate(batch):
+        n = len(t.ids)
+        ids[r, :n], attn[r, :n] = torch.tensor(t.ids), 1
+        m = torch.tensor(t.mask, dtype=torch.bool)
+        labels[r, :n] = torch.where(m, torch.tensor(t.ids), torch.tensor(-100))
+    ids, attn, labels = ids.to(acc.device), attn.to(acc.device), labels.to(acc.device)
+    loss = pmodel(input_ids=ids, attention_mask=attn, labels=labels).loss  # shifts labels itself
+    acc.backward(loss)
+    acc.clip_grad_norm_(pmodel.parameters(), max_grad_norm)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()

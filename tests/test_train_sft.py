@@ -1,0 +1,61 @@
+"""sft_train on plain examples: step budgets, the early-stop check, the loss mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orchlib.train import SFTConfig, SFTExample, sft_train
+
+
+def _examples() -> list[SFTExample]:
+    return [SFTExample([5, 6, 7, 8, 9, 10], [0, 0, 0, 1, 1, 1]), SFTExample([11, 12, 13, 14], [0, 0, 1, 1]),
+            SFTExample([15, 16, 17, 18, 19], [0, 1, 1, 1, 1])]
+
+
+def test_mask_and_ids_must_have_the_same_length():
+    with pytest.raises(ValueError, match="3 ids but 2 mask"):
+        SFTExample([1, 2, 3], [0, 1])
+
+
+def test_a_step_budget_runs_exactly_that_many_steps_and_changes_the_weights(tiny_policy):
+    model, tok = tiny_policy
+    model = type(model)(model.config)
+    model.load_state_dict(tiny_policy[0].state_dict())
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    report = sft_train(model, tok, _examples(), SFTConfig(max_steps=7, batch_size=2, learning_rate=1e-2),
+                       progress=False)
+    assert len(report.losses) == 7 and not report.stopped_early  # 2 batches per pass: passes reshuffle
+    assert report.n_tokens == 3 + 2 + 4
+    assert all(not torch.equal(before[n], p) for n, p in model.named_parameters())
+    assert report.losses[-1] < report.losses[0]
+
+
+def test_until_ends_training_at_the_first_check_that_says_so(tiny_policy):
+    model, tok = tiny_policy
+    model = type(model)(model.config)
+    model.load_state_dict(tiny_policy[0].state_dict())
+    calls = []
+
+    def until() -> bool:
+        calls.append(model.training)
+        return len(calls) == 2
+
+    report = sft_train(model, tok, _examples(), SFTConfig(max_steps=50, batch_size=2, schedule="constant"),
+                       progress=False, until=until, check_every=3)
+    assert report.stopped_early and len(report.losses) == 6
+    assert calls == [False, False]  # checked in eval mode
+
+
+def test_the_loss_is_cross_entropy_on_the_masked_ids_only(tiny_policy):
+    """The first reported loss (before any update) against an independent computation."""
+    model, tok = tiny_policy
+    ex = SFTExample([5, 6, 7, 8, 9, 10, 11], [0, 0, 0, 1, 1, 0, 1])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([ex.ids])).logits[0].float(), -1)
+    targets = [(i - 1, t) for i, (t, m) in enumerate(zip(ex.ids, ex.mask)) if m]  # predicted from position i-1
+    expected = -sum(float(logp[pos, t]) for pos, t in targets) / len(targets)
+    m = type(model)(model.config)
+    m.load_state_dict(model.state_dict())
+    report = sft_train(m, tok, [ex], SFTConfig(max_steps=1, batch_size=1), progress=False)
+    assert report.losses[0] == pytest.approx(expected, abs=1e-5)
