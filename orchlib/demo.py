@@ -53,7 +53,7 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int = 0
     size: str = Field("tiny", description="default policy size: tiny (~1.3 M) or small (~50 M)")
-    steps: int = Field(100, ge=0, description="GRPO steps")
+    steps: int = Field(80, ge=0, description="GRPO steps")
     n_train: int = Field(120, ge=4, description="train tasks (half arithmetic, half GSM8K)")
     n_test: int = Field(40, ge=4, description="held-out test tasks")
     copy_drills: int = Field(2000, ge=0, description="short calculator drills of phase 1 of the warm start")
@@ -62,7 +62,8 @@ class DemoConfig(BaseModel):
     copy_max_steps: int = Field(1500, ge=0, description="phase 1 budget; copying appears abruptly, after "
                                                         "~600-900 steps of batch 16 for the tiny policy")
     copy_learning_rate: float = Field(6e-3, gt=0)
-    sft_steps: int = Field(150, ge=1, description="phase 2: golden trajectories in the orchestration format")
+    sft_steps: int = Field(300, ge=1, description="phase 2: golden trajectories in the orchestration format "
+                                                  "(150 left 30 % of sampled turns malformed, 300 about 9 %)")
     sft_extra_arithmetic: int = Field(400, ge=0, description="more arithmetic tasks for phase 2, offering both "
                                                              "tools; the golden tool is drawn at random")
     sft_learning_rate: float = Field(3e-3, gt=0, description="peak lr of phase 2 (cosine to 0)")
