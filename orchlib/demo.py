@@ -225,7 +225,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     pool = copy_drills(config.seed, config.copy_drills + 64 + config.sft_extra_arithmetic,
                        {t.prompt for t in train + test})
     drills, gate, extra = pool[:config.copy_drills], pool[-64:], pool[config.copy_drills:-64]
-    copy_sft = None
+    copy_sft, phase1_copy = None, 0.0
     if config.copy_drills and config.copy_max_steps:
         copy_sft = sft_train(model, tok, copy_examples(drills, tok),
                              SFTConfig(seed=config.seed, max_steps=config.copy_max_steps, batch_size=16,
@@ -233,6 +233,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
                                        warmup_fraction=0.02),
                              progress=progress, until=lambda: copy_accuracy(engine, gate) >= config.copy_gate,
                              check_every=50, desc="warm start 1/2: copy drills")
+        phase1_copy = copy_accuracy(engine, gate)  # in the drills' format; phase 2 moves on to the real one
     gold = golden_trajectories(train + extra_arithmetic(extra, config.seed), toolbox, tok, DEMO_ROLLOUT,
                                seed=config.seed)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
@@ -244,7 +245,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     t = time.perf_counter()
     checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed)
     checks["copy_drill_steps"] = float(len(copy_sft.losses)) if copy_sft else 0.0
-    checks["copy_gate_accuracy"] = copy_accuracy(engine, gate)
+    checks["copy_gate_accuracy"] = phase1_copy
     before = _policy_eval(engine, test, toolbox, reward, config)
     wall["eval_before"] = time.perf_counter() - t
 

@@ -119,8 +119,9 @@ def _table(m: dict[str, Any]) -> str:
              f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "
              f"(before RL: {m['controllability_points_before_rl']:.1f})",
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
-             f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (after {m['format'].get('copy_drill_steps', 0):.0f} "
-             f"steps of copy drills; held-out drills copied {100 * m['format'].get('copy_gate_accuracy', 0):.0f}%)",
+             f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
+             f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
+             f"{100 * m['format'].get('copy_gate_accuracy', 0):.0f}% of held-out drills copied)",
              f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f}",
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",
