@@ -22,7 +22,6 @@ import math
 import os
 import random
 import re
-import tempfile
 import typing
 from decimal import Decimal
 from enum import Enum
@@ -36,6 +35,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarstring import LiteralScalarString
+
+from orchlib.atomic import write_text_atomic
 
 __all__ = ["KINDS", "Kind", "Price", "Latency", "ToolCard", "CardError", "load_card", "load_cards",
            "save_card", "validate_cards", "card_files"]
@@ -393,16 +394,7 @@ def save_card(card: ToolCard, path: str | os.PathLike) -> Path:
         tree = _fresh_tree(full, sparse)
     buf = io.StringIO()
     _yaml().dump(tree, buf)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, buf.getvalue())
 
 
 def _fresh_tree(full: dict[str, Any], sparse: dict[str, Any]) -> CommentedMap:

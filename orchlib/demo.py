@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.chat import IM_END
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall
@@ -124,8 +125,8 @@ def copy_examples(tasks: list[Task], tokenizer) -> list:
 
     out = []
     for t in tasks:
-        prompt = tokenizer.encode(_short_prompt(t), add_special_tokens=False)
-        call = tokenizer.encode(render_assistant("", t.golden.calls) + "<|im_end|>", add_special_tokens=False)
+        prompt = tokenizer.encode(_short_prompt(t, tokenizer), add_special_tokens=False)
+        call = tokenizer.encode(render_assistant("", t.golden.calls) + IM_END, add_special_tokens=False)
         out.append(SFTExample(prompt + call, [0] * len(prompt) + [1] * len(call)))
     return out
 
@@ -135,14 +136,16 @@ def copy_accuracy(engine, tasks: list[Task]) -> float:
     from orchlib.engines import SamplingParams
 
     tok = engine.tokenizer
-    prompts = [tok.encode(_short_prompt(t), add_special_tokens=False) for t in tasks]
+    prompts = [tok.encode(_short_prompt(t, tok), add_special_tokens=False) for t in tasks]
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=40, temperature=0.0),
-                           stop_ids=[tok.convert_tokens_to_ids("<|im_end|>")]).outputs
-    return sum(_copied(tok.decode(o.ids).removesuffix("<|im_end|>"), t) for t, o in zip(tasks, outs)) / len(tasks)
+                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
+    return sum(_copied(tok.decode(o.ids).removesuffix(IM_END), t) for t, o in zip(tasks, outs)) / len(tasks)
 
 
-def _short_prompt(t: Task) -> str:
-    return f"<|im_start|>user\n{t.prompt}<|im_end|>\n<|im_start|>assistant\n"
+def _short_prompt(t: Task, tokenizer) -> str:
+    """The question as the only message, through the policy's own chat template."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": t.prompt}], add_generation_prompt=True,
+                                         tokenize=False)
 
 
 def _copied(text: str, task: Task) -> bool:
@@ -192,8 +195,8 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
                           add_special_tokens=False) for t in arith]
     gens = engine.generate(prompts, SamplingParams(max_new_tokens=config.max_new_tokens,
                                                    temperature=config.temperature, seed=seed),
-                           stop_ids=[tok.convert_tokens_to_ids("<|im_end|>")]).outputs
-    exact = sum(_copied(opening + tok.decode(g.ids, skip_special_tokens=False).removesuffix("<|im_end|>"), t)
+                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
+    exact = sum(_copied(opening + tok.decode(g.ids, skip_special_tokens=False).removesuffix(IM_END), t)
                 for t, g in zip(arith, gens))
     return {"well_formed_turns": good / max(len(turns), 1),
             "arithmetic_copy_exact": exact / max(len(arith), 1), "n_turns": float(len(turns)),

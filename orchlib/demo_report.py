@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from orchlib.atomic import write_text_atomic
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
 from orchlib.trajectory import write_jsonl
 
 __all__ = ["summarize_demo", "write_outputs", "rewards_across_policies", "generalist_share"]
+
+SHARED = 0o644  # the demo's outputs are reports to share, not private files
 
 EXPENSIVE = "generalist"
 
@@ -129,24 +130,12 @@ def _table(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; these are reports to share
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_outputs(out: Path, metrics, after, baselines, history, reward) -> str:
     table = _table(metrics)
-    _atomic(out / "metrics.json", json.dumps(metrics, indent=1, default=float) + "\n")
-    _atomic(out / "table.txt", table + "\n")
+    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=1, default=float) + "\n", mode=SHARED)
+    write_text_atomic(out / "table.txt", table + "\n", mode=SHARED)
     write_jsonl(after.trajectories, out / "trajectories.jsonl")
     from orchlib.demo_html import report_html
 
-    _atomic(out / "report.html", report_html(metrics, after, baselines, history))
+    write_text_atomic(out / "report.html", report_html(metrics, after, baselines, history), mode=SHARED)
     return table

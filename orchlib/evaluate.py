@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from orchlib.atomic import write_text_atomic
 from orchlib.baselines import BASELINES, make_baselines, try_routes
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Preference, Task
@@ -172,21 +172,10 @@ class EvalReport:
         """metrics.json, table.txt and trajectories.jsonl in `folder`, each written atomically."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / "metrics.json", self.to_json() + "\n")
-        _atomic_write(folder / "table.txt", self.table() + "\n")
+        write_text_atomic(folder / "metrics.json", self.to_json() + "\n")
+        write_text_atomic(folder / "table.txt", self.table() + "\n")
         write_jsonl(self.trajectories, folder / "trajectories.jsonl")
         return folder
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def compare(reports: Mapping[str, EvalReport] | Sequence[EvalReport],

@@ -12,13 +12,13 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from tokenize import TokenError
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.atomic import write_text_atomic
 from orchlib.trajectory import ToolCall
 
 __all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer", "extract_number", "mentions",
@@ -196,15 +196,4 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
 
 def save_tasks(tasks: list[Task], path: str | os.PathLike) -> Path:
     """Write tasks as JSONL atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for t in tasks:
-                f.write(t.model_dump_json(exclude_none=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, "".join(t.model_dump_json(exclude_none=True) + "\n" for t in tasks))

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from orchlib.atomic import write_text_atomic
 
 __all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "Turn", "Trajectory",
            "write_jsonl", "read_jsonl"]
@@ -114,18 +115,7 @@ class Trajectory(BaseModel):
 
 def write_jsonl(trajectories: Iterable[Trajectory], path: str | os.PathLike) -> Path:
     """Write one trajectory per line, atomically (temporary file then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for t in trajectories:
-                f.write(t.model_dump_json() + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, "".join(t.model_dump_json() + "\n" for t in trajectories))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:

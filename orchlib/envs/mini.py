@@ -157,38 +157,33 @@ def _gsm8k_answer(worked: str) -> str:
     return worked.rsplit("####", 1)[1].strip().replace(",", "")
 
 
-@functools.lru_cache(maxsize=1)
-def _gsm8k_test() -> tuple[tuple[str, str], ...]:
-    rows = [json.loads(line) for line in _data("gsm8k/test.jsonl").splitlines() if line.strip()]
+@functools.lru_cache(maxsize=None)
+def _gsm8k_rows(name: str) -> tuple[tuple[str, str], ...]:
+    rows = [json.loads(line) for line in _data(f"gsm8k/{name}.jsonl").splitlines() if line.strip()]
     return tuple((r["question"], _gsm8k_answer(r["answer"])) for r in rows)
+
+
+def _question_tasks(category: str, rows: Sequence[tuple[str, str]], rng: random.Random, n: int,
+                    golden_tools: Sequence[str]) -> list[Task]:
+    """`n` of `rows` (question, answer) drawn by `rng`; each of `golden_tools` is a golden alternative."""
+    rows = list(rows)
+    rng.shuffle(rows)
+    calls = [[ToolCall(name=t)] for t in golden_tools]
+    return [Task(id=_id(category, q), prompt=q, category=category, checker="numeric", answer=a,
+                 tools=CATEGORY_TOOLS[category], golden=Golden(calls=calls[0], answer=a, alternatives=calls[1:]))
+            for q, a in rows[:n]]
 
 
 def gsm8k_tasks(rng: random.Random, n: int) -> list[Task]:
     """GSM8K test questions, the prompt being the exact question text so the replay tools find it.
     Golden: either recorded model (alternatives), so a warm start does not teach the choice."""
-    rows = list(_gsm8k_test())
-    rng.shuffle(rows)
-    calls = [[ToolCall(name="mixtral")], [ToolCall(name="gpt4")]]
-    return [Task(id=_id("gsm8k", q), prompt=q, category="gsm8k", checker="numeric", answer=a,
-                 tools=CATEGORY_TOOLS["gsm8k"], golden=Golden(calls=calls[0], answer=a, alternatives=calls[1:]))
-            for q, a in rows[:n]]
-
-
-@functools.lru_cache(maxsize=1)
-def _gsm8k_hard() -> tuple[tuple[str, str], ...]:
-    rows = [json.loads(line) for line in _data("gsm8k/train_hard.jsonl").splitlines() if line.strip()]
-    return tuple((r["question"], _gsm8k_answer(r["answer"])) for r in rows)
+    return _question_tasks("gsm8k", _gsm8k_rows("test"), rng, n, ["mixtral", "gpt4"])
 
 
 def hard_tasks(rng: random.Random, n: int) -> list[Task]:
     """Long multi-step problems (GSM8K training problems with six or more worked steps) that only the
     dear simulated generalist answers reliably. Golden: generalist or specialist (alternatives)."""
-    rows = list(_gsm8k_hard())
-    rng.shuffle(rows)
-    calls = [[ToolCall(name="generalist")], [ToolCall(name="specialist")]]
-    return [Task(id=_id("hard", q), prompt=q, category="hard", checker="numeric", answer=a,
-                 tools=CATEGORY_TOOLS["hard"], golden=Golden(calls=calls[0], answer=a, alternatives=calls[1:]))
-            for q, a in rows[:n]]
+    return _question_tasks("hard", _gsm8k_rows("train_hard"), rng, n, ["generalist", "specialist"])
 
 
 def _shop(seed: int) -> Callable[[random.Random, int], list[Task]]:
