@@ -287,6 +287,10 @@ def _read_tree(path: Path) -> CommentedMap:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise CardError(path, 0, "(file)", f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:  # a ValueError, not an OSError: a binary or Latin-1 file
+        line = e.object[:e.start].count(b"\n") + 1
+        raise CardError(path, line, "(file)", f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                                              f"{e.start})") from None
     try:
         tree = _yaml().load(text)
     except MarkedYAMLError as e:
@@ -371,13 +375,27 @@ def validate_cards(paths: str | os.PathLike | Iterable[str | os.PathLike], build
                                                       f"(also in {seen[card.name].source})"))
             seen[card.name] = card
             if build:
-                from orchlib.tools import build_tool  # tools import this module; import here, not at top
-
-                try:
-                    build_tool(card)
-                except CardError as e:
-                    problems.append(e)
+                problems += _build_problems(card)
     return problems
+
+
+def _build_problems(card: ToolCard) -> list[CardError]:
+    """Every problem of a card's backend settings, else the first one building its tool meets (an
+    import that fails, a missing file). build_tool stops at the first settings problem; a validator
+    should list them all, one line each."""
+    from orchlib.tools import BACKENDS, build_tool  # tools import this module; import here, not at top
+
+    backend = BACKENDS.get(card.kind)
+    if backend is not None:
+        try:
+            backend.Settings.model_validate(card.backend)
+        except ValidationError as e:
+            return card.errors_from(e, ("backend",))
+    try:
+        build_tool(card)
+    except CardError as e:
+        return [e]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------- save

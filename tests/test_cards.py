@@ -167,6 +167,22 @@ def test_duplicate_names_and_backend_problems(tmp_path):
     ]
 
 
+def test_every_backend_setting_problem_and_a_binary_file_get_their_line(tmp_path):
+    (tmp_path / "py.yaml").write_text("name: py\nkind: python\ndescription: d\nbackend:\n  timeout_s: -1\n"
+                                      "  colour: red\n  cpu_s: lots\n")
+    (tmp_path / "bin.yaml").write_bytes(b"name: bin\nkind: function\ndescription: \xff\n")
+    problems = [str(p) for p in validate_cards(tmp_path)]
+    assert problems == [
+        f"{tmp_path / 'bin.yaml'}:3: (file): not UTF-8 text (byte 0xff at offset 38)",
+        f"{tmp_path / 'py.yaml'}:5: backend.timeout_s: Input should be greater than 0",
+        f"{tmp_path / 'py.yaml'}:7: backend.cpu_s: Input should be a valid integer, unable to parse string as an "
+        "integer",
+        f"{tmp_path / 'py.yaml'}:6: backend.colour: unknown field",
+    ]
+    with pytest.raises(CardError, match="not UTF-8 text"):
+        load_card(tmp_path / "bin.yaml")
+
+
 def test_exports_validate_against_openai_and_mcp_formats():
     for card in load_cards(CARDS) + load_cards(CARDS / "examples"):
         for with_costs in (False, True):

@@ -86,6 +86,16 @@ def test_cli_check_bad_file_is_one_line_exit_2(tmp_path, capsys):
     assert main(["reward", "show", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_file_that_is_not_utf8_names_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: café\nreward: outcome\n".encode("latin-1"))
+    with pytest.raises(RewardFileError) as e:
+        Reward.load(bad)
+    assert str(e.value) == f"{bad}:1: file: not UTF-8 text (byte 0xe9 at offset 9)"
+    assert main(["reward", "check", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == f"orchlib reward: {e.value}"
+
+
 def test_cli_check_non_finite_exits_1(tmp_path, capsys):
     bad = tmp_path / "inf.yaml"
     bad.write_text("name: inf\nreward: 1 / (outcome - 1)\n")

@@ -153,6 +153,15 @@ def test_python_syntax_errors_are_reward_syntax_errors(text):
         parse(text)
 
 
+@pytest.mark.parametrize("text, position", [("cost +", (1, 7)), ("  cost *  ", (1, 9)),
+                                             ("outcome -\n  cost *", (2, 9)), ("cost cost", (1, 6))])
+def test_syntax_error_points_where_the_text_goes_wrong(text, position):
+    # Python reports offset 0 for text that ends too early; the error points past its last character.
+    with pytest.raises(RewardSyntaxError) as e:
+        parse(text)
+    assert e.value.position == position
+
+
 def test_guards_on_size():
     with pytest.raises(RewardSyntaxError, match="longer than"):
         parse("cost + " * 1000 + "1")

@@ -121,7 +121,8 @@ def parse(text: str, *, terms: Collection[str] = (), tools: Sequence[str] | None
             warnings.simplefilter("ignore")
             tree = ast.parse(line, mode="eval")
     except SyntaxError as e:
-        offset = max(0, min((e.offset or 1) - 1, len(line)))
+        # CPython gives offset 0 when the text ends too early ("cost +"): point past its last character.
+        offset = max(0, min(e.offset - 1, len(line))) if e.offset else len(line.rstrip())
         raise RewardSyntaxError(f"invalid syntax: {e.msg}", where.from_chars(offset)) from None
     except (MemoryError, RecursionError, ValueError) as e:
         # CPython's parser gives up on very deep nesting with MemoryError/RecursionError.

@@ -91,7 +91,13 @@ class Reward:
     @classmethod
     def load(cls, path: str | os.PathLike, tools: Sequence[str] | None = None) -> "Reward":
         """Read a reward file; a malformed one raises RewardFileError `FILE:LINE: field: problem`."""
-        return cls.from_string(Path(path).read_text(encoding="utf-8"), tools=tools, path=str(path))
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:  # a ValueError, not an OSError: say which file and where
+            line = e.object[:e.start].count(b"\n") + 1
+            raise RewardFileError(str(path), line, "file", f"not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                                                             f"at offset {e.start})") from None
+        return cls.from_string(text, tools=tools, path=str(path))
 
     @classmethod
     def from_string(cls, text: str, tools: Sequence[str] | None = None, path: str = "<string>") -> "Reward":
