@@ -147,6 +147,7 @@ class TrainerPanel(widgets.VBox):
         self.conversation = widgets.HTML()
         self.timeline_chart = widgets.Output()
         self.sliders = self._make_sliders()
+        self._slider_start = {k: s.value for k, s in self.sliders.items()}  # where "Tasks' own P" puts them back
         self.own_p_button = widgets.Button(description="Tasks' own P", tooltip="each task keeps the P it came with")
         self.preference_label = widgets.HTML()
         self.preference_label.add_class("orchlib-preference")
@@ -216,19 +217,21 @@ class TrainerPanel(widgets.VBox):
 
     def set_preference(self, P: Preference | None) -> None:
         """Every task carries `P` from the next step on (None: each task's own P again); the sliders
-        move to P's values (within their ranges)."""
+        move to P's values (within their ranges), or back to where they started for None, so that
+        nudging one slider later does not bring back the rest of an abandoned P."""
         self.preference = P
         if P is None:
             self.trainer.tasks = list(self._tasks)
+            values = self._slider_start
         else:
             self.trainer.tasks = [t.model_copy(update={"preference": P}) for t in self._tasks]
-            self._syncing = True  # moving the sliders must not set a slider-made P in turn
-            try:
-                for key, s in self.sliders.items():
-                    value = P.tools.get(key[6:], 0.0) if key.startswith("tools/") else getattr(P, key)
-                    s.value = min(max(float(value), s.min), s.max)
-            finally:
-                self._syncing = False
+            values = {k: P.tools.get(k[6:], 0.0) if k.startswith("tools/") else getattr(P, k) for k in self.sliders}
+        self._syncing = True  # moving the sliders must not set a slider-made P in turn
+        try:
+            for key, s in self.sliders.items():
+                s.value = min(max(float(values[key]), s.min), s.max)
+        finally:
+            self._syncing = False
         self._show_preference()
 
     # ------------------------------------------------------------------ the run

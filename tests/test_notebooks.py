@@ -1,24 +1,41 @@
-"""Every notebook in notebooks/ runs top to bottom, headless (nbclient), without a cell error.
+"""Every notebook in notebooks/ runs top to bottom, headless (nbclient), without a cell error, within
+a few minutes; each is a tutorial over orchlib: markdown between short code cells, no functions or
+classes of its own.
 
 The kernel is this interpreter, through a kernelspec written to a temporary folder, so the notebooks
 import the orchlib under test whatever kernels the machine has. Notebooks are kept without outputs;
-the executed copies are written to test-artifacts/notebooks/.
+the executed copies (with the checks below appended) are written to test-artifacts/notebooks/.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 
 import nbformat
 import pytest
 from conftest import REPO
+from nbformat.v4 import new_code_cell
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 ARTIFACTS = REPO / "test-artifacts" / "notebooks"  # gitignored
 CELL_TIMEOUT_S = 300  # the slowest cell, notebook 03's SFT warm start, takes ~1 min on 2 busy cores
+NOTEBOOK_BUDGET_S = 300  # "runs top to bottom on CPU in a few minutes"; the slowest takes ~1 min here
+MAX_CODE_LINES = 20  # short code cells: the longest are the import cells
+MAX_CODE_RUN = 3  # code cells in a row before a markdown cell must say what the next concept is
+
+# Run after a notebook's own cells, in its kernel: what the notebook claims to show, it must show.
+CHECKS = {
+    # 03 says GRPO learns to prefer `right`: compare its first 12-step run's first and last steps
+    # (a policy that lost the call format would score 0 and call nothing).
+    "03_train_with_panel": """
+share = [m.get("share/right", 0.0) for m in trainer.history[:12]]
+assert len(share) == 12 and sum(share[-3:]) > sum(share[:3]) + 0.3, share
+""",
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +66,29 @@ def test_notebooks_exist_and_are_committed_without_outputs():
         assert "import orchlib" in "".join(c.source for c in code) or "from orchlib" in "".join(c.source for c in code)
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebooks_are_tutorials_over_the_library(path):
+    """A markdown cell per concept, short code cells, and nothing of the library written again."""
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[0].cell_type == "markdown" and cells[0].source.startswith("# "), "opens with a title"
+    run = 0
+    for i, c in enumerate(cells):
+        run = run + 1 if c.cell_type == "code" else 0
+        assert run <= MAX_CODE_RUN, f"cell {i}: {run} code cells without a markdown cell"
+        if c.cell_type == "code":
+            assert len(c.source.splitlines()) <= MAX_CODE_LINES, f"cell {i} is long"
+            # a def or class in a tutorial is library logic living in the wrong place
+            assert not re.search(r"^\s*(async\s+def|def|class)\s", c.source, re.M), f"cell {i} defines code"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_without_errors(path, kernel_manager_factory, tmp_path):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
+    if path.stem in CHECKS:
+        nb.cells.append(new_code_cell(CHECKS[path.stem].strip()))
     client = NotebookClient(nb, km=kernel_manager_factory(), timeout=CELL_TIMEOUT_S, allow_errors=False,
                             resources={"metadata": {"path": str(path.parent)}})
     t0 = time.perf_counter()
@@ -65,6 +99,8 @@ def test_notebook_runs_without_errors(path, kernel_manager_factory, tmp_path):
             client.km.shutdown_kernel(now=True)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, ARTIFACTS / path.name)  # the executed copy, outputs and all, for reading
-    print(f"{path.name}: {time.perf_counter() - t0:.1f} s")
+    seconds = time.perf_counter() - t0
+    print(f"{path.name}: {seconds:.1f} s")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"

@@ -110,6 +110,10 @@ def test_preference_sliders_set_p_of_the_next_steps(trainer):
                for t in panel.reports[-1].trajectories)
     panel.own_p_button.click()
     assert all(t.preference is None for t in trainer.tasks) and "own P" in panel.preference_label.value
+    # the sliders go back to where they started, so a later nudge does not revive the rest of that P
+    assert panel.sliders["cost"].value == 0.0 and panel.sliders["tools/wrong"].value == 0.0
+    panel.sliders["latency"].value = 0.5
+    assert all(t.preference == Preference(name="panel", latency=0.5) for t in trainer.tasks)
     panel.set_preference(PROFILES["thrifty"])  # from code: the sliders follow, P keeps its name
     assert all(t.preference == PROFILES["thrifty"] for t in trainer.tasks)
     assert panel.sliders["cost"].value == 1.0 and panel.sliders["tools/wrong"].value == 0.0
