@@ -32,7 +32,7 @@ import numpy as np
 
 from orchlib.atomic import write_text_atomic
 from orchlib.baselines import BASELINES, make_baselines, try_routes
-from orchlib.rollout import RolloutConfig, rollout
+from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Preference, Task
 from orchlib.trajectory import Trajectory, write_jsonl
 
@@ -113,7 +113,7 @@ def _group_rewards(trajectories: Sequence[Trajectory], tasks: Sequence[Task], gr
     out: list[float] = []
     for i, task in enumerate(tasks):
         group = list(trajectories[i * group_size:(i + 1) * group_size])
-        values = np.asarray(reward(group, P=task.preference or Preference(name="default")), dtype=float)
+        values = np.asarray(reward(group, P=shown_preference(task)), dtype=float)
         if values.shape != (len(group),):
             raise ValueError(f"reward gave shape {values.shape} for a group of {len(group)} (task {task.id})")
         out += values.tolist()

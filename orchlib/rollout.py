@@ -27,7 +27,8 @@ from orchlib.tasks import Preference, Task
 from orchlib.tools.base import run_sync  # one sync bridge for the library (works inside Jupyter's loop)
 from orchlib.trajectory import Observation, Trajectory, Turn
 
-__all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas"]
+__all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
+           "shown_preference"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -65,11 +66,17 @@ class RolloutConfig(BaseModel):
                             "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward)")
 
 
+def shown_preference(task: Task) -> Preference:
+    """The P the policy reads in its prompt. A task without one is shown the "default" profile, and its
+    rewards (training and evaluation alike) weigh that P, not the reward file's own default."""
+    return task.preference or Preference(name="default")
+
+
 def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfig) -> str:
     """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate."""
     system = config.system_prompt
     if config.show_preference:
-        system += "\n" + (task.preference or Preference(name="default")).render()
+        system += "\n" + shown_preference(task).render()
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
     return tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
 
@@ -96,7 +103,7 @@ class _Episode:
     def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict]):
         self.task, self.env, self.schemas = task, task.make_env(), schemas
         self.traj = Trajectory(task_id=task.id, group_index=index, prompt=task.prompt, category=task.category,
-                               preference=(task.preference or Preference(name="default")).model_dump(),
+                               preference=shown_preference(task).model_dump(),
                                ids=list(prompt_ids), mask=[0] * len(prompt_ids),
                                logprobs=[0.0] * len(prompt_ids), prompt_len=len(prompt_ids))
         self.errors: Counter[str] = Counter()

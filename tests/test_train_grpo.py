@@ -60,3 +60,15 @@ def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm)
     frozen = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
               for n, p in trainer.model.named_parameters() if n not in trainable}
     assert all(torch.equal(base[n], frozen[n]) for n in base)
+
+
+def test_a_task_without_p_is_rewarded_under_the_p_its_prompt_shows(toy_warm):
+    # the file's own default P (latency 0.5) must not leak in: the policy was shown the "default" profile
+    reward = Reward.from_string("name: p\npreference:\n  latency: 0.5\nreward: outcome + P.latency")
+    tasks = [t.model_copy(update={"preference": None}) for t in toy_tasks()]
+    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), reward,
+                      GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0))
+    report = trainer.step()
+    assert report.rewards == [t.outcome for t in report.trajectories]
+    assert all(t.preference["name"] == "default" and t.preference["latency"] == 0.0 for t in report.trajectories)
+    assert reward(report.trajectories[:8], P=None).tolist() == [t.outcome + 0.5 for t in report.trajectories[:8]]

@@ -36,7 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.engines.transformers import TransformersEngine
-from orchlib.rollout import RolloutConfig, rollout
+from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
 from orchlib.train.loss import grpo_loss, group_advantages, keep_groups
@@ -191,7 +191,7 @@ class Trainer:
         self.engine.clear_prefix_cache()  # the update below makes the kept keys/values stale: free them now
         t1 = time.perf_counter()
         groups = [trajs[i * G:(i + 1) * G] for i in range(len(local))]
-        rewards = np.array([self.reward(g, P=t.preference) for g, t in zip(groups, local)], dtype=np.float64)
+        rewards = np.array([self.reward(g, P=shown_preference(t)) for g, t in zip(groups, local)], dtype=np.float64)
         rewards = rewards.reshape(len(local), G)
         terms = self._term_means(groups, local)
         r = torch.tensor(rewards, dtype=torch.float32)
@@ -231,7 +231,7 @@ class Trainer:
         """Mean contribution of each reward term, over the trajectories of every process."""
         sums: dict[str, float] = Counter()
         for g, t in zip(groups, tasks):
-            for name, values in self.reward.explain(g, P=t.preference).contributions.items():
+            for name, values in self.reward.explain(g, P=shown_preference(t)).contributions.items():
                 values = np.asarray(values, dtype=float)
                 sums[name] += float(values.sum())
                 sums["_n/" + name] += float(values.size)
