@@ -10,8 +10,9 @@ Which tasks: those whose `tools` list names the card (a task without a list offe
 `n` of them, stratified by category (an even share each; a small category gives its leftover to the
 others), drawn with `seed`. What the tool receives: a model tool with `input: task` gets the task
 itself; any other tool gets the arguments `policy(task, card)` returns, or else those of the first
-golden call naming it (`task.golden.calls`, then the alternatives); a model tool that takes its prompt
-as an argument gets the task's prompt there. A task with none of these is skipped and counted.
+golden call naming it (`task.golden.calls`, then the alternatives; on a task with an environment, only
+a route's last call); a model tool that takes its prompt as an argument gets the task's prompt there.
+A task with none of these is skipped and counted.
 
 What counts as right: the task's checker accepts the tool's output as the answer (a stateful task is
 checked on a fresh environment after this one call). A tool that is not `final` only gathers facts, so
@@ -76,7 +77,9 @@ def _golden_call(task: Task, name: str) -> ToolCall | None:
     if task.golden is None:
         return None
     for seq in [task.golden.calls, *task.golden.alternatives]:
-        for call in seq:
+        # A stateful task is judged on its final state, which one call on a fresh copy reaches only when
+        # it is the route's last step: an earlier one (the look-up before an order) would always look wrong.
+        for call in (seq[-1:] if task.env is not None else seq):
             if call.name == name:
                 return call
     return None

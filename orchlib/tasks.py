@@ -16,7 +16,7 @@ from pathlib import Path
 from tokenize import TokenError
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchlib.atomic import write_text_atomic
 from orchlib.trajectory import ToolCall
@@ -28,7 +28,8 @@ __all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer
 class Preference(BaseModel):
     """The user's preference vector P (ToolOrchestra §3: R = M_norm · P)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinite weights: JSON task files may spell them, and one would make every reward NaN.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     name: str = Field("custom", description="profile name shown to the user and in reports")
     outcome: float = Field(1.0, description="weight on the normalised outcome term")
     cost: float = Field(0.0, description="weight on normalised -cost (higher = thriftier)")
@@ -82,6 +83,23 @@ class Task(BaseModel):
     golden: Golden | None = None
     env: str | None = Field(None, description="import path of a factory `fn(task) -> env` for stateful tasks")
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    # Checked when the task is made (not imported): a misspelt checker would otherwise surface only
+    # when the first episode is scored, after its tool calls were paid for.
+    @field_validator("checker")
+    @classmethod
+    def _known_checker(cls, v: str) -> str:
+        if v not in CHECKERS and not _IMPORT_PATH.fullmatch(v):
+            raise ValueError(f"unknown checker {v!r}: use one of {', '.join(CHECKERS)}, "
+                             "or an import path 'pkg.module:function'")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_path(cls, v: str | None) -> str | None:
+        if v is not None and not _IMPORT_PATH.fullmatch(v):
+            raise ValueError(f"expected an import path 'pkg.module:function', got {v!r}")
+        return v
 
     def make_env(self) -> Any:
         """A fresh environment (e.g. a database copy) for one episode, or None."""
@@ -158,6 +176,9 @@ CHECKERS: dict[str, Callable[..., float]] = {
 }
 
 
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
 def _import(path: str) -> Callable[..., Any]:
     module, _, name = path.partition(":")
     if not name:
@@ -176,21 +197,33 @@ class TaskFileError(ValueError):
 
 
 def load_tasks(path: str | os.PathLike) -> list[Task]:
-    """Read tasks from JSONL, one object per line."""
+    """Read tasks from JSONL, one object per line. Task ids must be unique: evaluation and the
+    baselines key their results by id."""
     tasks: list[Task] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    first_line: dict[str, int] = {}
+    with open(path, "rb") as f:  # decoded line by line, so a bad byte is reported with its line
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # a leading BOM is harmless
+            except UnicodeDecodeError as e:
+                raise TaskFileError(f"{path}:{lineno}: not UTF-8: byte 0x{raw[e.start]:02x} at column "
+                                    f"{e.start + 1}") from None
             if not line.strip():
                 continue
             try:
-                tasks.append(Task.model_validate(json.loads(line)))
+                task = Task.model_validate(json.loads(line))
             except json.JSONDecodeError as e:
                 raise TaskFileError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
             except ValueError as e:
                 errs = getattr(e, "errors", lambda: [])()
                 field = (".".join(str(x) for x in errs[0]["loc"]) or "(task)") if errs else "?"
-                msg = errs[0]["msg"] if errs else str(e)
+                msg = errs[0]["msg"].removeprefix("Value error, ") if errs else str(e)
                 raise TaskFileError(f"{path}:{lineno}: {field}: {msg}") from None
+            if task.id in first_line:
+                raise TaskFileError(f"{path}:{lineno}: id: {task.id!r} is already the id of line "
+                                    f"{first_line[task.id]}")
+            first_line[task.id] = lineno
+            tasks.append(task)
     return tasks
 
 

@@ -104,3 +104,27 @@ def test_every_tool_is_listed_and_documented():
     assert set(shop.SHOP_TOOLS) == {n for n in shop.__all__ if n.startswith("shop_") and n != "shop_tasks"}
     for fn in shop.SHOP_TOOLS.values():
         assert "Args:" in fn.__doc__ and list(fn.__code__.co_varnames)[0] == "env"
+
+
+def test_an_episode_is_scored_on_its_own_database():
+    """Through the rollout: the agent's database is what the checker reads, so the right words after a
+    wrong write score 0, and the right write with the required facts scores 1."""
+    from orchlib.chat import render_call
+    from orchlib.engines.scripted import ScriptedEngine
+    from orchlib.envs.mini import shop_cards
+    from orchlib.models import build_tokenizer
+    from orchlib.rollout import RolloutConfig, rollout
+    from orchlib.tools import Toolbox
+
+    task = next(t for t in TASKS if t.meta["kind"] == "order")
+    box, tok = Toolbox.from_cards(shop_cards()), build_tokenizer()
+    config = RolloutConfig(max_turns=3, max_new_tokens=128)
+
+    def agent(calls):
+        return ScriptedEngine(tok, lambda prompt, turn: render_call(calls[turn]) if turn < len(calls)
+                              else task.golden.answer)
+
+    [right] = rollout([task], box, agent(task.golden.calls), config)
+    [wrong] = rollout([task], box, agent(perturbed(task)), config)
+    assert right.final_answer == wrong.final_answer == task.golden.answer
+    assert right.outcome == 1.0 and wrong.outcome == 0.0

@@ -117,3 +117,31 @@ def test_non_object_line_is_an_error(tmp_path):
     path = _write(tmp_path, ["[1, 2]"])
     with pytest.raises(TaskFileError, match=r":1: \(task\): "):
         load_tasks(path)
+
+
+def test_bad_bytes_name_their_line_and_a_bom_is_accepted(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"id": "a", "prompt": "p"}\n{"id": "b", "prompt": "caf\xe9"}\n')
+    with pytest.raises(TaskFileError, match=r"latin1\.jsonl:2: not UTF-8: byte 0xe9"):
+        load_tasks(path)
+    path.write_bytes(b'\xef\xbb\xbf{"id": "a", "prompt": "p"}\r\n')  # as some editors save it
+    assert [t.id for t in load_tasks(path)] == ["a"]
+
+
+@pytest.mark.parametrize("obj, message", [
+    ({"id": "a", "prompt": "p", "checker": "numerc"}, "checker: unknown checker 'numerc'"),
+    ({"id": "a", "prompt": "p", "env": "shop"}, "env: expected an import path"),
+    ({"id": "a", "prompt": "p", "preference": {"cost": float("nan")}}, "preference.cost: "),
+])
+def test_fields_that_would_fail_only_when_scored_fail_on_load(tmp_path, obj, message):
+    path = _write(tmp_path, [json.dumps(obj)])
+    with pytest.raises(TaskFileError) as e:
+        load_tasks(path)
+    assert str(e.value).startswith(f"{path}:1: {message}")
+
+
+def test_duplicate_ids_are_an_error(tmp_path):
+    path = _write(tmp_path, [json.dumps({"id": "a", "prompt": "p"}), json.dumps({"id": "b", "prompt": "q"}),
+                             json.dumps({"id": "a", "prompt": "r"})])
+    with pytest.raises(TaskFileError, match=r":3: id: 'a' is already the id of line 1"):
+        load_tasks(path)
