@@ -72,6 +72,8 @@ def _prompt_key(prompt_text: str) -> tuple[str, str]:
     start = prompt_text.index(_USER) + len(_USER)
     user = prompt_text[start:prompt_text.index(IM_END, start)]
     pref = _PREF.search(prompt_text[:start])
+    if pref is None and (pref := _PREF.search(user)) is not None:  # preference_at="user": P follows the task
+        user = user[:pref.start()].removesuffix("\n\n")
     return user, pref.group(0).strip() if pref else ""
 
 

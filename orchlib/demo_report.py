@@ -104,8 +104,12 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
 
 
 def _table(m: dict[str, Any]) -> str:
-    tools = sorted({k for p in m["policies"].values() for k in p["all"]["calls"]})
-    header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools]]
+    from orchlib.demo import DEMO_TOOLS
+
+    # a malformed call can name anything ("{", "calculat"): such names share one column, not one each
+    tools = sorted({t for ts in DEMO_TOOLS.values() for t in ts})
+    header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools],
+              "calls unknown"]
     rows = []
     for name, per in m["policies"].items():
         for prof in ("accuracy", "thrifty"):
@@ -114,7 +118,8 @@ def _table(m: dict[str, Any]) -> str:
             x = per[prof]
             r = m["reward_across"].get(name, {}).get(prof)
             rows.append([name, prof, f"{x['accuracy']:.2f}", f"{x['cost_usd']:.5f}", f"{x['latency_s']:.2f}",
-                         "-" if r is None else f"{r:.3f}", *[f"{x['calls'].get(t, 0):.2f}" for t in tools]])
+                         "-" if r is None else f"{r:.3f}", *[f"{x['calls'].get(t, 0):.2f}" for t in tools],
+                         f"{sum(v for t, v in x['calls'].items() if t not in tools):.2f}"])
     lines = [format_table(header, rows),
              "* ToolOrchestra reward, each task's group = the compared policies' runs of it",
              f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "

@@ -28,7 +28,7 @@ from orchlib.tools.base import run_sync  # one sync bridge for the library (work
 from orchlib.trajectory import Observation, Trajectory, Turn
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
-           "shown_preference"]
+           "shown_preference", "user_message"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -44,7 +44,10 @@ class RolloutConfig(BaseModel):
     temperature: float = Field(1.0, ge=0.0, description="1.0: the log-probs GRPO's ratio needs are exact")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    show_preference: bool = Field(True, description="render P in the system turn (the policy must see it)")
+    show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
+    preference_at: Literal["system", "user"] = Field(
+        "system", description="where P is rendered: the system turn, or after the task in the user turn, a few "
+                              "ids before the first call (where a tiny policy learns to read it far sooner)")
     policy_price_in: float = Field(0.2, ge=0, description="USD per M input ids; Qwen3-8B in the ToolOrchestra "
                                                            "release")
     policy_price_out: float = Field(0.2, ge=0, description="USD per M sampled ids; Qwen3-8B, same source")
@@ -72,12 +75,20 @@ def shown_preference(task: Task) -> Preference:
     return task.preference or Preference(name="default")
 
 
+def user_message(task: Task, config: RolloutConfig) -> str:
+    """The user turn: the task, then P when `preference_at="user"`."""
+    if config.show_preference and config.preference_at == "user":
+        return task.prompt + "\n\n" + shown_preference(task).render()
+    return task.prompt
+
+
 def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfig) -> str:
-    """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate."""
+    """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate
+    (`preference_at="user"`: P follows the task instead)."""
     system = config.system_prompt
-    if config.show_preference:
+    if config.show_preference and config.preference_at == "system":
         system += "\n" + shown_preference(task).render()
-    msgs = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
     return tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
 
 

@@ -17,7 +17,7 @@ def demo(tmp_path_factory, policy_cache):
     mp.setenv("ORCHLIB_CACHE", str(policy_cache))
     out = tmp_path_factory.mktemp("demo")
     cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=64, copy_max_steps=30, sft_steps=20,
-                     sft_extra_arithmetic=16, eval_samples=1, out=str(out))
+                     sft_extra_arithmetic=16, sft_extra_gsm8k=16, eval_samples=1, out=str(out))
     yield run_demo(cfg, progress=False)
     mp.undo()
 
@@ -35,6 +35,8 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
     assert set(m["wall_s"]) >= {"warm_start", "grpo", "eval_before", "eval_after", "baselines"}
     assert len(demo.history) == 12 and "checks:" in demo.table
     assert [h["step"] for h in m["history"]] == [h["step"] for h in demo.history]
+    header = demo.table.splitlines()[0].split()
+    assert [h for h in header if h != "calls"][8:] == ["calculator", "generalist", "mixtral", "unknown"]
     assert m["format"]["copy_drill_steps"] == 30  # the gate is checked every 50 steps: never reached here
 
 

@@ -254,12 +254,13 @@ def test_preference_adherence_by_hand(small, tokenizer):
     assert d["cost_usd"] < 0
 
 
-def test_baselines_find_their_task_without_p_in_the_prompt(small, tokenizer, trials):
+@pytest.mark.parametrize("where", [{"show_preference": False}, {"preference_at": "user"}])
+def test_baselines_find_their_task_without_p_in_the_system_turn(small, tokenizer, trials, where):
     from orchlib.evaluate import EVAL_ROLLOUT
 
     suite, box = small
     oracle = make_baselines(suite.test, box, tokenizer, names=["oracle"], trials=trials)["oracle"]
-    hidden = EVAL_ROLLOUT.model_copy(update={"show_preference": False, "tool_schema": "compact"})
-    rep = evaluate(oracle, suite.test, box, config=hidden)
+    config = EVAL_ROLLOUT.model_copy(update={"tool_schema": "compact", **where})
+    rep = evaluate(oracle, suite.test, box, config=config)
     assert [t.outcome for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].outcome
                                                      for t in suite.test]

@@ -225,3 +225,15 @@ def test_a_tool_the_task_does_not_offer_is_unknown(tiny_policy, toolbox):
     assert "offers add" in obs[0].error and traj.errors == {"unknown_tool": 1}
     prompt = tok.decode(traj.ids[:traj.prompt_len])
     assert '"mul"' not in prompt and '"add"' in prompt  # only offered tools are listed
+
+
+def test_preference_is_rendered_in_the_system_turn_or_after_the_task(tiny_policy, toolbox):
+    _, tok = tiny_policy
+    line = "Preference (thrifty): accuracy=1, cost=1, latency=0"
+    system = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig())
+    user = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at="user"))
+    hidden = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(show_preference=False))
+    assert system.count(line) == 1 and user.count(line) == 1 and line not in hidden
+    assert system.index(line) < system.index("# Tools") < system.index(TASK.prompt)
+    assert f"<|im_start|>user\n{TASK.prompt}\n\n{line}<|im_end|>\n<|im_start|>assistant\n" in user
+    assert system.replace("\n" + line, "") == hidden == user.replace("\n\n" + line, "")
