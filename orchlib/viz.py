@@ -119,17 +119,24 @@ def _mix_value(count: int, n_trajectories: int, n_calls: int, value: str) -> flo
 
 
 def tool_mix_over_steps(history: Any, value: Literal["share", "calls"] = "share",
-                        colors: Mapping[str, str] | None = None, title: str | None = None) -> go.Figure:
+                        colors: Mapping[str, str] | None = None, title: str | None = None,
+                        tools: Sequence[str] | None = None) -> go.Figure:
     """The tool-call mix at each training step, stacked: `share/<tool>` (shares of the step's calls)
-    or `calls/<tool>` (calls per trajectory) from the trainer's metrics. A tool absent at a step is 0."""
+    or `calls/<tool>` (calls per trajectory) from the trainer's metrics. A tool absent at a step is 0.
+    With `tools`, every other name (a malformed call can name anything) is summed into "unknown"."""
     rows = _history(history)
     prefix = f"{value}/"
-    tools = sorted({k[len(prefix):] for m in rows for k in m if k.startswith(prefix)})
-    colors = dict(colors or tool_colors(tools))
+    seen = sorted({k[len(prefix):] for m in rows for k in m if k.startswith(prefix)})
+    names = list(tools) if tools is not None else seen
+    others = [t for t in seen if t not in names]
+    series = {t: [float(m.get(prefix + t, 0.0)) for m in rows] for t in names}
+    if others:
+        series["unknown"] = [sum(float(m.get(prefix + t, 0.0)) for t in others) for m in rows]
+    colors = dict(colors or tool_colors(list(series)))
     steps = _steps(rows)
     fig = go.Figure()
-    for tool in tools:
-        fig.add_trace(go.Scatter(name=tool, x=steps, y=[float(m.get(prefix + tool, 0.0)) for m in rows],
+    for tool, ys in series.items():
+        fig.add_trace(go.Scatter(name=tool, x=steps, y=ys,
                                  mode="lines+markers", stackgroup="mix", line_color=colors.get(tool),
                                  hovertemplate=f"{tool}<br>step %{{x}}: %{{y:.3g}}<extra></extra>"))
     fig.update_layout(title=title or "Tool-call mix over training", xaxis_title="step",

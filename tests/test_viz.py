@@ -79,6 +79,13 @@ def test_tool_mix_over_steps_reads_share_and_fills_missing_tools_with_zero():
     assert calls == {"a": [2.0, 0.5], "b": [0.0, 1.5]}
 
 
+def test_tool_mix_over_steps_sums_names_outside_the_toolbox_into_unknown():
+    history = [{"step": 1.0, "share/a": 0.5, "share/{": 0.25, "share/calc": 0.25}, {"step": 2.0, "share/a": 1.0}]
+    got = {t.name: list(t.y) for t in viz.tool_mix_over_steps(history, tools=["a", "b"]).data}
+    assert got == {"a": [0.5, 1.0], "b": [0.0, 0.0], "unknown": [0.5, 0.0]}
+    assert "unknown" not in {t.name for t in viz.tool_mix_over_steps(HISTORY, tools=["a", "b"]).data}
+
+
 def test_tool_mix_over_steps_takes_step_reports_and_trainers():
     reports = [SimpleNamespace(metrics=m) for m in HISTORY]
     trainer = SimpleNamespace(history=HISTORY)
