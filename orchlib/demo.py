@@ -276,7 +276,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
                       tasks_per_step=config.tasks_per_step, group_size=config.group_size,
                       paired_profiles=DEMO_PROFILES, rollout=DEMO_ROLLOUT)
     trainer = Trainer((model, tok), train, toolbox, reward, grpo, policy_source=f"default-{config.size}")
-    trainer.run(config.steps, progress=progress)
+    _train(trainer, train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -291,6 +291,23 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     metrics = summarize_demo(config, before, after, baselines, checks, trainer.history, sft, wall, reward)
     table = write_outputs(out, metrics, after, baselines, trainer.history, reward)
     return DemoResult(metrics, table, out, trainer.history)
+
+
+def _train(trainer, train, toolbox, tok, reward, config, progress):
+    """GRPO steps; each step's history also gets `reward_anchored`, its rollouts' reward against fixed
+    reference runs of their tasks (see orchlib/demo_reference.py): the training reward is normalised
+    within groups and falls as a group's rollouts come to agree."""
+    from tqdm.auto import tqdm
+
+    from orchlib.demo_reference import anchored_reward, reference_runs
+
+    refs = reference_runs(under(train), toolbox, tok, DEMO_ROLLOUT)
+    G = config.group_size
+    for _ in tqdm(range(config.steps), desc="GRPO", disable=not progress):
+        report = trainer.step()
+        groups = [report.trajectories[i:i + G] for i in range(0, len(report.trajectories), G)]
+        report.metrics["reward_anchored"] = anchored_reward(
+            groups, refs, reward, key=lambda t: f"{t.task_id}@{t.preference['name']}")
 
 
 def _policy_eval(engine, test, toolbox, reward, config):

@@ -14,7 +14,7 @@ def report_html(metrics, after, baselines, history) -> str:
 
     tools = sorted({t for ts in DEMO_TOOLS.values() for t in ts})
     figures = [
-        ("Reward and its terms over GRPO steps", viz.reward_curves(history)),
+        ("Reward and its terms over GRPO steps", viz.reward_curves(history, keys=("reward_anchored",))),
         ("Tool-call mix over GRPO steps", viz.tool_mix_over_steps(history, tools=tools)),
         ("Tool calls per preference profile (trained orchestrator)", viz.tool_distribution(
             {p: [t for t in after.trajectories if t.preference.get("name") == p] for p in ("accuracy", "thrifty")})),

@@ -74,16 +74,16 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
     for name, trajs in runs.items():
         policies[name] = {"all": _numbers(trajs), **{p: _numbers(ts) for p, ts in sorted(_by_profile(trajs).items())}}
     across = rewards_across_policies({k: v for k, v in runs.items() if k != "before RL"}, reward)
-    rewards = [h["reward"] for h in history]
     share = {p: policies["orchestrator"][p]["generalist_share"] for p in ("accuracy", "thrifty")}
     before_share = {p: policies["before RL"][p]["generalist_share"] for p in ("accuracy", "thrifty")}
-    first10, last10 = (float(np.mean(rewards[:10])) if rewards else float("nan"),
-                       float(np.mean(rewards[-10:])) if rewards else float("nan"))
+    first10, last10 = _ends([h["reward"] for h in history])
+    anchored = _ends([h["reward_anchored"] for h in history if "reward_anchored" in h])
     m: dict[str, Any] = {
         "config": config.model_dump(), "seed": config.seed, "policies": policies, "reward_across": across,
         "controllability_points": 100 * (share["accuracy"] - share["thrifty"]),
         "controllability_points_before_rl": 100 * (before_share["accuracy"] - before_share["thrifty"]),
-        "reward_first10": first10, "reward_last10": last10, "format": checks,
+        "reward_first10": first10, "reward_last10": last10,
+        "reward_anchored_first10": anchored[0], "reward_anchored_last10": anchored[1], "format": checks,
         "sft_loss_first": sft.losses[0] if sft.losses else None,
         "sft_loss_last": sft.losses[-1] if sft.losses else None,
         "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
@@ -99,8 +99,16 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "accuracy>cheapest": policies["orchestrator"]["all"]["accuracy"] > policies["cheapest"]["all"]["accuracy"],
         "controllability>=30": m["controllability_points"] >= 30,
         "reward_last10>first10": last10 > first10,
+        "anchored_reward_last10>first10": anchored[1] > anchored[0],
     }
     return m
+
+
+def _ends(values: list[float]) -> tuple[float, float]:
+    """Mean of the first 10 and of the last 10 values (NaN for none)."""
+    if not values:
+        return float("nan"), float("nan")
+    return float(np.mean(values[:10])), float(np.mean(values[-10:]))
 
 
 def _table(m: dict[str, Any]) -> str:
@@ -128,7 +136,9 @@ def _table(m: dict[str, Any]) -> str:
              f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
              f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
              f"{100 * m['format'].get('copy_gate_accuracy', 0):.0f}% of held-out drills copied)",
-             f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f}",
+             f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f} "
+             f"(against fixed reference runs: {m['reward_anchored_first10']:.3f} -> "
+             f"{m['reward_anchored_last10']:.3f})",
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]

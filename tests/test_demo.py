@@ -56,6 +56,9 @@ def test_reported_numbers_match_the_saved_trajectories(demo):
     rewards = [h["reward"] for h in demo.history]
     assert m["reward_first10"] == pytest.approx(sum(rewards[:10]) / 10)
     assert m["reward_last10"] == pytest.approx(sum(rewards[-10:]) / 10)
+    anchored = [h["reward_anchored"] for h in demo.history]
+    assert len(anchored) == 12 and all(0.0 <= a <= 3.0 for a in anchored)  # at most outcome + cost + latency
+    assert m["reward_anchored_last10"] == pytest.approx(sum(anchored[-10:]) / 10)
 
 
 def test_the_oracle_is_never_beaten_on_accuracy(demo):
