@@ -30,11 +30,11 @@ import numpy as np
 
 from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.rollout import RolloutConfig, rollout
-from orchlib.tasks import Preference, Task, extract_number, mentions
-from orchlib.trajectory import ToolCall
+from orchlib.rollout import RolloutConfig, rollout, shown_preference
+from orchlib.tasks import Task, extract_number, mentions
+from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["BASELINES", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "try_routes",
+__all__ = ["BASELINES", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "run_routes", "try_routes",
            "route_stats", "choose", "make_baselines"]
 
 BASELINES: tuple[str, ...] = ("strongest", "cheapest", "random", "oracle")
@@ -106,7 +106,7 @@ class RouteEngine(ScriptedEngine):
         for t in tasks:
             if t.id not in self.plan:
                 continue
-            pref = (t.preference or Preference(name="default")).render()  # as the rollout renders it
+            pref = shown_preference(t).render()  # as the rollout renders it
             self._by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
 
     def _turn(self, prompt_text: str, turn: int) -> str:
@@ -144,22 +144,35 @@ class Trials:
     results: dict[str, dict[str, RouteResult]]
 
 
-def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
-               seed: int | None = 0) -> Trials:
-    """Run every route of every task once through the rollout (the r-th route of all tasks in one batch)."""
+def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
+               seed: int | None = 0, task_routes: Mapping[str, Mapping[str, list[ToolCall]]] | None = None,
+               ) -> dict[str, dict[str, Trajectory]]:
+    """task id → route label → its trajectory: every route of every task (`task_routes`, default
+    `routes(task, toolbox.cards)`) run once through the rollout, the r-th route of all tasks in one batch."""
     from orchlib.evaluate import EVAL_ROLLOUT
 
     tasks = list(tasks)
-    cards = list(toolbox.cards)
-    task_routes = {t.id: routes(t, cards) for t in tasks}
-    results: dict[str, dict[str, RouteResult]] = {t.id: {} for t in tasks}
+    if task_routes is None:
+        task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
+    runs: dict[str, dict[str, Trajectory]] = {t.id: {} for t in tasks}
     depth = max((len(r) for r in task_routes.values()), default=0)
     for r in range(depth):
         batch = [t for t in tasks if len(task_routes[t.id]) > r]
         plan = {t.id: list(task_routes[t.id])[r] for t in batch}
         engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
         for t, traj in zip(batch, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)):
-            results[t.id][plan[t.id]] = RouteResult(traj.outcome, traj.cost_usd, traj.latency_s)
+            runs[t.id][plan[t.id]] = traj
+    return runs
+
+
+def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
+               seed: int | None = 0) -> Trials:
+    """Run every route of every task once (`run_routes`) and keep each run's outcome, cost and latency."""
+    tasks = list(tasks)
+    task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
+    runs = run_routes(tasks, toolbox, tokenizer, config, seed, task_routes)
+    results = {tid: {label: RouteResult(tr.outcome, tr.cost_usd, tr.latency_s) for label, tr in by_label.items()}
+               for tid, by_label in runs.items()}
     return Trials(tasks, task_routes, results)
 
 

@@ -30,7 +30,7 @@ from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall
 
-__all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "demo_suite", "run_demo", "format_checks"]
+__all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "DEMO_TOOL_NAMES", "demo_suite", "run_demo", "format_checks"]
 
 # Tools offered per category in the demo (all final, see the module docstring).
 # Two per category, one cheap and one dear, so P decides: the free calculator (exact when the policy
@@ -38,6 +38,7 @@ __all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "demo_suite", "run_demo", "
 # the dear generalist (95 %).
 DEMO_TOOLS: dict[str, list[str]] = {"arithmetic": ["calculator", "generalist"],
                                     "gsm8k": ["mixtral", "generalist"]}
+DEMO_TOOL_NAMES = tuple(sorted({t for tools in DEMO_TOOLS.values() for t in tools}))
 DEMO_PROFILES = ("accuracy", "thrifty")
 EXPENSIVE = "generalist"
 # rewards/ sits beside the package in a source checkout or editable install (as toolcards/ does)
@@ -96,8 +97,7 @@ def demo_suite(seed: int, n_train: int, n_test: int):
 
     suite = make_suite(seed, n_train=n_train, n_test=n_test, categories=tuple(DEMO_TOOLS),
                        profiles=DEMO_PROFILES)
-    names = {n for tools in DEMO_TOOLS.values() for n in tools}
-    cards = [c.model_copy(update={"final": True}) for c in suite.cards if c.name in names]
+    cards = [c.model_copy(update={"final": True}) for c in suite.cards if c.name in DEMO_TOOL_NAMES]
     return [_retool(t) for t in suite.train], [_retool(t) for t in suite.test], Toolbox.from_cards(cards)
 
 
@@ -168,25 +168,23 @@ def _copied(text: str, task: Task) -> bool:
 
 
 def extra_gsm8k(seed: int, n: int, exclude: set[str]) -> list[Task]:
-    """GSM8K questions with recorded answers that are in neither split, in the demo's format."""
+    """GSM8K questions with recorded answers that are in neither split, as phase-2 tasks (`_extras`)."""
     from orchlib.envs.mini import gsm8k_tasks
 
     rng = random.Random(f"extra-gsm8k:{seed}")
-    pool = [t for t in gsm8k_tasks(rng, n + len(exclude)) if t.prompt not in exclude][:n]
-    return [_retool(t).model_copy(update={"id": f"extra-{t.id}", "preference": PROFILES[rng.choice(DEMO_PROFILES)]})
-            for t in pool]
+    return _extras([t for t in gsm8k_tasks(rng, n + len(exclude)) if t.prompt not in exclude][:n], rng)
 
 
 def extra_arithmetic(tasks: list[Task], seed: int) -> list[Task]:
-    """Phase-2 arithmetic tasks in the demo's format: both tools offered, either one golden (drawn at
-    random by the warm start), the profile drawn at random — so the format is taught, not the choice."""
-    rng = random.Random(f"extra:{seed}")
-    out = []
-    for t in tasks:
-        golden = Golden(calls=t.golden.calls[:1], alternatives=[[ToolCall(name=EXPENSIVE)]], answer=t.answer)
-        out.append(t.model_copy(update={"id": f"extra-{t.id}", "tools": DEMO_TOOLS["arithmetic"], "golden": golden,
-                                        "preference": PROFILES[rng.choice(DEMO_PROFILES)]}))
-    return out
+    """Arithmetic tasks as phase-2 tasks (`_extras`)."""
+    return _extras(tasks, random.Random(f"extra:{seed}"))
+
+
+def _extras(tasks: list[Task], rng: random.Random) -> list[Task]:
+    """Phase-2 tasks in the demo's format: both tools offered, either one golden (drawn at random by the
+    warm start), the profile drawn at random by `rng` — so the format is taught, not the choice."""
+    return [_retool(t).model_copy(update={"id": f"extra-{t.id}", "preference": PROFILES[rng.choice(DEMO_PROFILES)]})
+            for t in tasks]
 
 
 def under(tasks: list[Task], profiles=DEMO_PROFILES) -> list[Task]:
@@ -297,17 +295,17 @@ def _train(trainer, train, toolbox, tok, reward, config, progress):
     """GRPO steps; each step's history also gets `reward_anchored`, its rollouts' reward against fixed
     reference runs of their tasks (see orchlib/demo_reference.py): the training reward is normalised
     within groups and falls as a group's rollouts come to agree."""
-    from tqdm.auto import tqdm
-
     from orchlib.demo_reference import anchored_reward, reference_runs
 
     refs = reference_runs(under(train), toolbox, tok, DEMO_ROLLOUT)
     G = config.group_size
-    for _ in tqdm(range(config.steps), desc="GRPO", disable=not progress):
-        report = trainer.step()
+
+    def anchor(report) -> None:
         groups = [report.trajectories[i:i + G] for i in range(0, len(report.trajectories), G)]
         report.metrics["reward_anchored"] = anchored_reward(
             groups, refs, reward, key=lambda t: f"{t.task_id}@{t.preference['name']}")
+
+    trainer.run(config.steps, progress=progress, on_step=anchor)
 
 
 def _policy_eval(engine, test, toolbox, reward, config):

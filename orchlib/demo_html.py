@@ -10,12 +10,10 @@ __all__ = ["report_html"]
 
 def report_html(metrics, after, baselines, history) -> str:
     from orchlib import viz
-    from orchlib.demo import DEMO_TOOLS
-
-    tools = sorted({t for ts in DEMO_TOOLS.values() for t in ts})
+    from orchlib.demo import DEMO_TOOL_NAMES
     figures = [
         ("Reward and its terms over GRPO steps", viz.reward_curves(history, keys=("reward_anchored",))),
-        ("Tool-call mix over GRPO steps", viz.tool_mix_over_steps(history, tools=tools)),
+        ("Tool-call mix over GRPO steps", viz.tool_mix_over_steps(history, tools=DEMO_TOOL_NAMES)),
         ("Tool calls per preference profile (trained orchestrator)", viz.tool_distribution(
             {p: [t for t in after.trajectories if t.preference.get("name") == p] for p in ("accuracy", "thrifty")})),
         ("Tool calls per policy", viz.tool_distribution(

@@ -10,7 +10,6 @@ policy did. Duplicating a group member changes no minimum or maximum, which the 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
@@ -22,20 +21,10 @@ __all__ = ["reference_runs", "anchored_reward"]
 
 
 def reference_runs(tasks: Sequence[Task], toolbox, tokenizer, config) -> dict[str, list[Trajectory]]:
-    """task id → one run of each of its routes (`orchlib.baselines.routes`), under the task's own P."""
-    from orchlib.baselines import RouteEngine, routes
-    from orchlib.rollout import rollout
+    """task id → one run of each of its routes (`orchlib.baselines.run_routes`), under the task's own P."""
+    from orchlib.baselines import run_routes
 
-    tasks = list(tasks)
-    task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
-    out: dict[str, list[Trajectory]] = defaultdict(list)
-    for r in range(max((len(v) for v in task_routes.values()), default=0)):
-        batch = [t for t in tasks if len(task_routes[t.id]) > r]
-        plan = {t.id: list(task_routes[t.id])[r] for t in batch}
-        engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"reference#{r}")
-        for t, traj in zip(batch, rollout(batch, toolbox, engine, config, seed=0)):
-            out[t.id].append(traj)
-    return dict(out)
+    return {tid: list(by_label.values()) for tid, by_label in run_routes(tasks, toolbox, tokenizer, config).items()}
 
 
 def anchored_reward(groups: Sequence[Sequence[Trajectory]], references: dict[str, list[Trajectory]],

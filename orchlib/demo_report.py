@@ -112,10 +112,9 @@ def _ends(values: list[float]) -> tuple[float, float]:
 
 
 def _table(m: dict[str, Any]) -> str:
-    from orchlib.demo import DEMO_TOOLS
+    from orchlib.demo import DEMO_TOOL_NAMES as tools
 
     # a malformed call can name anything ("{", "calculat"): such names share one column, not one each
-    tools = sorted({t for ts in DEMO_TOOLS.values() for t in ts})
     header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools],
               "calls unknown"]
     rows = []

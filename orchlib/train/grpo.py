@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -216,13 +216,18 @@ class Trainer:
             acc.log(metrics, step=self.step_count)
         return StepReport(self.step_count, metrics, trajs, rewards.flatten().tolist(), adv.flatten().tolist())
 
-    def run(self, n: int, progress: bool = True) -> list[StepReport]:
+    def run(self, n: int, progress: bool = True,
+            on_step: Callable[[StepReport], None] | None = None) -> list[StepReport]:
+        """`n` steps with a progress bar; `on_step(report)` runs after each (it may add to
+        `report.metrics`, which is the history's entry for the step)."""
         from tqdm.auto import tqdm
 
         reports = []
         bar = tqdm(range(n), desc="GRPO", disable=not progress or not self.accelerator.is_main_process)
         for _ in bar:
             reports.append(self.step())
+            if on_step is not None:
+                on_step(reports[-1])
             m = reports[-1].metrics
             bar.set_postfix(reward=f"{m['reward']:.3f}", acc=f"{m['accuracy']:.2f}")
         return reports
