@@ -71,9 +71,9 @@ def _prompt_key(prompt_text: str) -> tuple[str, str]:
     """(task prompt, preference line) of a rendered conversation: the first user turn and the P line."""
     start = prompt_text.index(_USER) + len(_USER)
     user = prompt_text[start:prompt_text.index(IM_END, start)]
-    pref = _PREF.search(prompt_text[:start])
-    if pref is None and (pref := _PREF.search(user)) is not None:  # preference_at="user": P follows the task
-        user = user[:pref.start()].removesuffix("\n\n")
+    pref = _PREF.search(prompt_text)  # in the system turn, the user turn or the assistant's prefix
+    if pref is not None and start <= pref.start() < start + len(user):  # preference_at="user": P follows the task
+        user = user[:pref.start() - start].removesuffix("\n\n")
     return user, pref.group(0).strip() if pref else ""
 
 

@@ -30,7 +30,8 @@ from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall
 
-__all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "DEMO_TOOL_NAMES", "demo_suite", "run_demo", "format_checks"]
+__all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "DEMO_TOOL_NAMES", "demo_suite", "run_demo", "format_checks",
+           "choice_gap"]
 
 # Tools offered per category in the demo (all final, see the module docstring).
 # Two per category, one cheap and one dear, so P decides: the free calculator (exact when the policy
@@ -150,10 +151,10 @@ def copy_accuracy(engine, tasks: list[Task]) -> float:
 
 def _short_prompt(t: Task, tokenizer) -> str:
     """The demo's user turn (the question, then P) as the only message, through the chat template."""
-    from orchlib.rollout import user_message
+    from orchlib.rollout import assistant_prefix, user_message
 
     return tokenizer.apply_chat_template([{"role": "user", "content": user_message(t, DEMO_ROLLOUT)}],
-                                         add_generation_prompt=True, tokenize=False)
+                                         add_generation_prompt=True, tokenize=False) + assistant_prefix(t, DEMO_ROLLOUT)
 
 
 def _copied(text: str, task: Task) -> bool:
@@ -219,6 +220,32 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
             "n_arithmetic": float(len(arith))}
 
 
+def choice_gap(model, tokenizer, tasks: list[Task], toolbox, config: RolloutConfig, tool: str = EXPENSIVE,
+               profiles: tuple[str, str] = DEMO_PROFILES) -> float:
+    """How far P moves the choice, exactly: the mean over `tasks` offering `tool` of
+    p(first call names `tool` | profiles[0]) - p(same | profiles[1]), in percentage points, each
+    probability from one forward pass over the prompt and the call's opening (no sampling noise).
+    0 means the policy is blind to P at the moment it chooses (see docs/training.md)."""
+    import torch
+
+    from orchlib.rollout import render_prompt, tool_schemas
+
+    opening = '<tool_call>\n{"name": "'
+    gaps = []
+    for task in (t for t in tasks if t.tools is None or tool in t.tools):
+        p = []
+        for name in profiles:
+            shown = task.model_copy(update={"preference": PROFILES[name]})
+            head = render_prompt(shown, tool_schemas(toolbox, shown, config.tool_schema), tokenizer, config) + opening
+            ids = tokenizer.encode(head + tool, add_special_tokens=False)
+            n = len(tokenizer.encode(head, add_special_tokens=False))
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+            p.append(float(sum(logp[i - 1, ids[i]] for i in range(n, len(ids))).exp()))
+        gaps.append(p[0] - p[1])
+    return 100 * sum(gaps) / len(gaps) if gaps else float("nan")
+
+
 def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoResult:
     """All phases; wall time of each is recorded. Returns the numbers and writes `config.out`."""
     import torch
@@ -266,6 +293,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed)
     checks["copy_drill_steps"] = float(len(copy_sft.losses)) if copy_sft else 0.0
     checks["copy_gate_accuracy"] = phase1_copy
+    model.eval()
+    checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT)
     before = _policy_eval(engine, test, toolbox, reward, config)
     wall["eval_before"] = time.perf_counter() - t
 
@@ -287,6 +316,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     from orchlib.demo_report import summarize_demo, write_outputs
 
     metrics = summarize_demo(config, before, after, baselines, checks, trainer.history, sft, wall, reward)
+    trained = trainer.accelerator.unwrap_model(trainer.model).eval()
+    metrics["choice_gap_points"] = choice_gap(trained, tok, test, toolbox, DEMO_ROLLOUT)
     table = write_outputs(out, metrics, after, baselines, trainer.history, reward)
     return DemoResult(metrics, table, out, trainer.history)
 

@@ -130,7 +130,9 @@ def _table(m: dict[str, Any]) -> str:
     lines = [format_table(header, rows),
              "* ToolOrchestra reward, each task's group = the compared policies' runs of it",
              f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "
-             f"(before RL: {m['controllability_points_before_rl']:.1f})",
+             f"(before RL: {m['controllability_points_before_rl']:.1f}); exact choice gap "
+             f"p(generalist | accuracy) - p(generalist | thrifty): {m.get('choice_gap_points', float('nan')):.2f} "
+             f"points (before RL: {m['format'].get('choice_gap_points', float('nan')):.2f})",
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
              f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
              f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "

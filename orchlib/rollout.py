@@ -28,7 +28,7 @@ from orchlib.tools.base import run_sync  # one sync bridge for the library (work
 from orchlib.trajectory import Observation, Trajectory, Turn
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
-           "shown_preference", "user_message"]
+           "shown_preference", "user_message", "assistant_prefix"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -45,9 +45,10 @@ class RolloutConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
-    preference_at: Literal["system", "user"] = Field(
-        "system", description="where P is rendered: the system turn, or after the task in the user turn, a few "
-                              "ids before the first call (where a tiny policy learns to read it far sooner)")
+    preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
+        "system", description="where P is rendered: the system turn; after the task in the user turn; or "
+                              "opening the orchestrator's own first turn, as a given prefix right before its "
+                              "first call (where a tiny policy reads it at once, see docs/training.md)")
     policy_price_in: float = Field(0.2, ge=0, description="USD per M input ids; Qwen3-8B in the ToolOrchestra "
                                                            "release")
     policy_price_out: float = Field(0.2, ge=0, description="USD per M sampled ids; Qwen3-8B, same source")
@@ -84,12 +85,27 @@ def user_message(task: Task, config: RolloutConfig) -> str:
 
 def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfig) -> str:
     """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate
-    (`preference_at="user"`: P follows the task instead)."""
+    (`preference_at="user"`: P follows the task instead; `"assistant"`: P opens the orchestrator's turn,
+    a prefix it continues, as a prefilled reply is continued)."""
     system = config.system_prompt
     if config.show_preference and config.preference_at == "system":
         system += "\n" + shown_preference(task).render()
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
-    return tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
+    if config.show_preference and config.preference_at == "system_end":
+        end = text.find(IM_END)
+        if end < 0:
+            raise ValueError(f'preference_at="system_end" needs a chat template whose system turn ends in {IM_END}')
+        text = text[:end] + "\n" + shown_preference(task).render() + text[end:]
+    return text + assistant_prefix(task, config)
+
+
+def assistant_prefix(task: Task, config: RolloutConfig) -> str:
+    """What the first prompt holds of the orchestrator's own turn: the P line when
+    `preference_at="assistant"`, else nothing."""
+    if config.show_preference and config.preference_at == "assistant":
+        return shown_preference(task).render() + "\n"
+    return ""
 
 
 def _encode(tokenizer, text: str) -> list[int]:

@@ -254,7 +254,8 @@ def test_preference_adherence_by_hand(small, tokenizer):
     assert d["cost_usd"] < 0
 
 
-@pytest.mark.parametrize("where", [{"show_preference": False}, {"preference_at": "user"}])
+@pytest.mark.parametrize("where", [{"show_preference": False}, {"preference_at": "user"},
+                                   {"preference_at": "assistant"}, {"preference_at": "system_end"}])
 def test_baselines_find_their_task_without_p_in_the_system_turn(small, tokenizer, trials, where):
     from orchlib.evaluate import EVAL_ROLLOUT
 

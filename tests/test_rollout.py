@@ -227,13 +227,19 @@ def test_a_tool_the_task_does_not_offer_is_unknown(tiny_policy, toolbox):
     assert '"mul"' not in prompt and '"add"' in prompt  # only offered tools are listed
 
 
-def test_preference_is_rendered_in_the_system_turn_or_after_the_task(tiny_policy, toolbox):
+def test_preference_is_rendered_in_the_system_turn_after_the_task_or_opening_the_reply(tiny_policy, toolbox):
     _, tok = tiny_policy
     line = "Preference (thrifty): accuracy=1, cost=1, latency=0"
     system = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig())
     user = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at="user"))
+    reply = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at="assistant"))
+    end = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at="system_end"))
     hidden = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(show_preference=False))
-    assert system.count(line) == 1 and user.count(line) == 1 and line not in hidden
+    assert system.count(line) == 1 and user.count(line) == 1 and reply.count(line) == 1 and end.count(line) == 1
+    assert line not in hidden
     assert system.index(line) < system.index("# Tools") < system.index(TASK.prompt)
     assert f"<|im_start|>user\n{TASK.prompt}\n\n{line}<|im_end|>\n<|im_start|>assistant\n" in user
+    assert f"</tools>\n{line}<|im_end|>\n<|im_start|>user\n{TASK.prompt}<|im_end|>" in end
+    assert reply.endswith(f"<|im_start|>user\n{TASK.prompt}<|im_end|>\n<|im_start|>assistant\n{line}\n")
     assert system.replace("\n" + line, "") == hidden == user.replace("\n\n" + line, "")
+    assert hidden == reply.removesuffix(line + "\n") == end.replace("\n" + line, "")
