@@ -150,7 +150,8 @@ def copy_accuracy(engine, tasks: list[Task]) -> float:
 
 
 def _short_prompt(t: Task, tokenizer) -> str:
-    """The demo's user turn (the question, then P) as the only message, through the chat template."""
+    """The demo's user turn as the only message, through the chat template, with P where the rollout puts
+    it in the user turn or the reply's prefix (none where it sits in the system turn)."""
     from orchlib.rollout import assistant_prefix, user_message
 
     return tokenizer.apply_chat_template([{"role": "user", "content": user_message(t, DEMO_ROLLOUT)}],

@@ -46,9 +46,9 @@ class RolloutConfig(BaseModel):
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
-        "system", description="where P is rendered: the system turn; after the task in the user turn; or "
-                              "opening the orchestrator's own first turn, as a given prefix right before its "
-                              "first call (where a tiny policy reads it at once, see docs/training.md)")
+        "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
+                              "after the task in the user turn; or opening the orchestrator's own first turn as "
+                              "a given prefix. What each did to the demo's tiny policy: docs/training.md")
     policy_price_in: float = Field(0.2, ge=0, description="USD per M input ids; Qwen3-8B in the ToolOrchestra "
                                                            "release")
     policy_price_out: float = Field(0.2, ge=0, description="USD per M sampled ids; Qwen3-8B, same source")
