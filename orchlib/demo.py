@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchlib.chat import IM_END
+from orchlib.chat import IM_END, TOOL_CALL
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall
@@ -42,6 +42,8 @@ DEMO_TOOLS: dict[str, list[str]] = {"arithmetic": ["calculator", "generalist"],
 DEMO_TOOL_NAMES = tuple(sorted({t for tools in DEMO_TOOLS.values() for t in tools}))
 DEMO_PROFILES = ("accuracy", "thrifty")
 EXPENSIVE = "generalist"
+# How every call starts, up to the tool's name (chat.render_call's layout): the choice is the next id.
+CALL_OPENING = TOOL_CALL + '\n{"name": "'
 # rewards/ sits beside the package in a source checkout or editable install (as toolcards/ does)
 REWARD_FILE = Path(__file__).resolve().parents[1] / "rewards" / "toolorchestra.yaml"
 
@@ -208,7 +210,7 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
                                          for o in t.observations) for t in turns)
     arith = [t for t in tasks if t.category == "arithmetic"]
     tok = engine.tokenizer
-    opening = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "'
+    opening = CALL_OPENING + 'calculator", "arguments": {"expression": "'
     prompts = [tok.encode(render_prompt(t, tool_schemas(toolbox, t, config.tool_schema), tok, config) + opening,
                           add_special_tokens=False) for t in arith]
     gens = engine.generate(prompts, SamplingParams(max_new_tokens=config.max_new_tokens,
@@ -231,13 +233,12 @@ def choice_gap(model, tokenizer, tasks: list[Task], toolbox, config: RolloutConf
 
     from orchlib.rollout import render_prompt, tool_schemas
 
-    opening = '<tool_call>\n{"name": "'
     gaps = []
     for task in (t for t in tasks if t.tools is None or tool in t.tools):
         p = []
-        for name in profiles:
-            shown = task.model_copy(update={"preference": PROFILES[name]})
-            head = render_prompt(shown, tool_schemas(toolbox, shown, config.tool_schema), tokenizer, config) + opening
+        for shown in under([task], profiles):
+            head = render_prompt(shown, tool_schemas(toolbox, shown, config.tool_schema), tokenizer, config)
+            head += CALL_OPENING
             ids = tokenizer.encode(head + tool, add_special_tokens=False)
             n = len(tokenizer.encode(head, add_special_tokens=False))
             with torch.no_grad():

@@ -5,12 +5,13 @@ from __future__ import annotations
 import html
 import json
 
+from orchlib.demo import DEMO_TOOL_NAMES
+
 __all__ = ["report_html"]
 
 
 def report_html(metrics, after, baselines, history) -> str:
-    from orchlib import viz
-    from orchlib.demo import DEMO_TOOL_NAMES
+    from orchlib import viz  # plotly: imported when a report is written
     figures = [
         ("Reward and its terms over GRPO steps", viz.reward_curves(history, keys=("reward_anchored",))),
         ("Tool-call mix over GRPO steps", viz.tool_mix_over_steps(history, tools=DEMO_TOOL_NAMES)),

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from orchlib.atomic import write_text_atomic
+from orchlib.demo import DEMO_TOOL_NAMES, EXPENSIVE
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
 from orchlib.trajectory import write_jsonl
@@ -17,8 +18,6 @@ from orchlib.trajectory import write_jsonl
 __all__ = ["summarize_demo", "write_outputs", "rewards_across_policies", "generalist_share"]
 
 SHARED = 0o644  # the demo's outputs are reports to share, not private files
-
-EXPENSIVE = "generalist"
 
 
 def _by_profile(trajs) -> dict[str, list]:
@@ -112,8 +111,7 @@ def _ends(values: list[float]) -> tuple[float, float]:
 
 
 def _table(m: dict[str, Any]) -> str:
-    from orchlib.demo import DEMO_TOOL_NAMES as tools
-
+    tools = DEMO_TOOL_NAMES
     # a malformed call can name anything ("{", "calculat"): such names share one column, not one each
     header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools],
               "calls unknown"]
