@@ -17,7 +17,8 @@ def demo(tmp_path_factory, policy_cache):
     mp.setenv("ORCHLIB_CACHE", str(policy_cache))
     out = tmp_path_factory.mktemp("demo")
     cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=64, copy_max_steps=30, sft_steps=20,
-                     sft_extra_arithmetic=16, sft_extra_gsm8k=16, eval_samples=1, out=str(out))
+                     sft_extra_arithmetic=16, sft_extra_gsm8k=16, reading_drills=32, eval_samples=1,
+                     out=str(out))
     yield run_demo(cfg, progress=False)
     mp.undo()
 
@@ -42,6 +43,9 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
     before, after = m["format"]["choice_gap_points"], m["choice_gap_points"]
     assert -100 <= before <= 100 and -100 <= after <= 100 and before != after
     assert f"{after:.2f} points (before RL: {before:.2f})" in demo.table
+    # and on the reading drills' own pair, which the demo never offers
+    reading = m["format"]["reading_gap_points"]
+    assert -100 <= reading <= 100 and reading != before and f"reading drills' pair: {reading:.1f} points" in demo.table
 
 
 def test_reported_numbers_match_the_saved_trajectories(demo):
