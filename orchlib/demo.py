@@ -1,10 +1,10 @@
 """The embedded demo: train a tiny orchestrator offline on CPU and show what it learned.
 
-    orchlib demo [--steps N] [--size tiny|small] [--seed S] [--out DIR]
+    orchlib demo [--steps N] [--size tiny|small] [--seed S] [--out DIR] [--reading-drills]
 
 Build the default policy → SFT warm start on golden trajectories (format only: every valid tool is a
-golden alternative, drawn whatever P says) and on preference-reading drills over a pair of tools the demo
-never offers (`reading_drills`) → check the format before RL → GRPO with
+golden alternative, drawn whatever P says), with `--reading-drills` also on preference-reading drills over
+a pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
 rewards/toolorchestra.yaml on train tasks, each drawn under both the "accuracy" and the "thrifty"
 profile → evaluate before and after training, and the baselines → table, metrics.json,
 trajectories.jsonl and a self-contained report.html.
