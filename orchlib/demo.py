@@ -140,15 +140,17 @@ def copy_examples(tasks: list[Task], tokenizer) -> list:
     A ~1 M-parameter policy learns to copy digits only after hundreds of steps; on these ~50-token
     drills a step costs a third of one on the ~170-token orchestration prompt. They offer no tool
     choice, so they teach nothing RL is meant to learn."""
+    return [_golden_reply(_short_prompt(t, tokenizer), t, tokenizer) for t in tasks]
+
+
+def _golden_reply(prompt: str, task: Task, tokenizer):
+    """`prompt`, then the task's golden calls as the reply: the loss applies to the reply only."""
     from orchlib.chat import render_assistant
     from orchlib.train import SFTExample
 
-    out = []
-    for t in tasks:
-        prompt = tokenizer.encode(_short_prompt(t, tokenizer), add_special_tokens=False)
-        call = tokenizer.encode(render_assistant("", t.golden.calls) + IM_END, add_special_tokens=False)
-        out.append(SFTExample(prompt + call, [0] * len(prompt) + [1] * len(call)))
-    return out
+    head = tokenizer.encode(prompt, add_special_tokens=False)
+    reply = tokenizer.encode(render_assistant("", task.golden.calls) + IM_END, add_special_tokens=False)
+    return SFTExample(head + reply, [0] * len(head) + [1] * len(reply))
 
 
 def copy_accuracy(engine, tasks: list[Task]) -> float:
@@ -198,7 +200,7 @@ def as_reading(t: Task, profile: str) -> Task:
                                 "golden": Golden(calls=[ToolCall(name=READING_PAIR[profile])], answer=t.answer)})
 
 
-def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int) -> list:
+def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None) -> list:
     """Phase 2's preference-reading drills: `n` prompts of `tasks` (cycled) in the rollout's format, each
     under a profile drawn at random and offering READING_PAIR only, then the call P names.
 
@@ -206,20 +208,17 @@ def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int) -> list:
     supervision, and then abruptly (docs/training.md): more than RL gives it in a demo, so RL moved both
     profiles' tool shares as one block. After the drills, direct supervision on the demo's own tools
     separates the profiles within ~30 steps. Which demo tool each P calls for is still untaught: the
-    warm start's `choice_gap` on the demo's tools stays near 0, and RL has to learn it."""
-    from orchlib.chat import render_assistant
+    warm start's `choice_gap` on the demo's tools stays near 0, and RL has to learn it.
+    `toolbox`: `reading_toolbox()`'s, built here when not given."""
     from orchlib.rollout import render_prompt, tool_schemas
-    from orchlib.train import SFTExample
 
     if not tasks or not n:
         return []
-    rng, box, out = random.Random(f"reading:{seed}"), reading_toolbox(), []
+    rng, box, out = random.Random(f"reading:{seed}"), toolbox or reading_toolbox(), []
     for i in range(n):
         t = as_reading(tasks[i % len(tasks)], rng.choice(DEMO_PROFILES))
-        prompt = tokenizer.encode(render_prompt(t, tool_schemas(box, t, DEMO_ROLLOUT.tool_schema), tokenizer,
-                                                DEMO_ROLLOUT), add_special_tokens=False)
-        call = tokenizer.encode(render_assistant("", t.golden.calls) + IM_END, add_special_tokens=False)
-        out.append(SFTExample(prompt + call, [0] * len(prompt) + [1] * len(call)))
+        prompt = render_prompt(t, tool_schemas(box, t, DEMO_ROLLOUT.tool_schema), tokenizer, DEMO_ROLLOUT)
+        out.append(_golden_reply(prompt, t, tokenizer))
     return out
 
 
@@ -337,7 +336,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
         phase1_copy = copy_accuracy(engine, gate)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
     gold = golden_trajectories(train + extra, toolbox, tok, DEMO_ROLLOUT, seed=config.seed)
-    gold += reading_drills(extra, config.reading_drills, tok, config.seed)
+    reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
+    gold += reading_drills(extra, config.reading_drills, tok, config.seed, reading_box)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
                                                 learning_rate=config.sft_learning_rate),
                     progress=progress, desc="warm start 2/2: golden trajectories")
@@ -351,7 +351,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     model.eval()
     checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT)
     checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],
-                                              reading_toolbox(), DEMO_ROLLOUT, tool=READING_PAIR["accuracy"])
+                                              reading_box, DEMO_ROLLOUT, tool=READING_PAIR["accuracy"])
     before = _policy_eval(engine, test, toolbox, reward, config)
     wall["eval_before"] = time.perf_counter() - t
 
