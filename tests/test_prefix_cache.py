@@ -104,3 +104,20 @@ def test_sliding_window_models_do_not_reuse(tiny_policy):
     sliding = AutoConfig.for_model("qwen3", use_sliding_window=True, sliding_window=16, max_window_layers=0,
                                    num_hidden_layers=2)
     assert not supports_prefix_cache(sliding)
+
+
+def test_inputs_follow_the_weights_when_training_moves_the_model(tiny_policy):
+    """Accelerate moves the model to the GPU after the engine was made (the demo's warm start does
+    this on a GPU machine); the engine must send its inputs where the weights are now, and drop
+    keys/values kept on the old device. Here the move is to the meta device, which has no kernels."""
+    model, tok = tiny_policy
+    model = type(model)(model.config)
+    model.load_state_dict(tiny_policy[0].state_dict())
+    follows, pinned = TransformersEngine(model, tok, seed=0), TransformersEngine(model, tok, seed=0, device="cpu")
+    follows.generate([list(range(100, 140))], SamplingParams(max_new_tokens=4, seed=0))
+    assert follows.device == torch.device("cpu") and len(follows.prefix_cache) == 1
+    model.to("meta")
+    assert follows.device == torch.device("meta")
+    assert pinned.device == torch.device("cpu")
+    follows._prefill_inputs([list(range(100, 140))])  # builds inputs on the new device, runs no kernel
+    assert len(follows.prefix_cache) == 0

@@ -22,7 +22,9 @@ __all__ = ["TransformersEngine"]
 
 
 class TransformersEngine:
-    """Engine over a loaded (model, tokenizer). `device` defaults to the model's device.
+    """Engine over a loaded (model, tokenizer). `device` pins where inputs go; by default they follow
+    the model's weights wherever they are at each call (training moves them: Accelerate puts the model
+    on the GPU when there is one, after the engine was made).
 
     `prefix_cache_mb` bounds the keys/values kept for reuse by later prompts that extend earlier
     sequences (0 turns reuse off; models with sliding-window layers never reuse).
@@ -32,11 +34,16 @@ class TransformersEngine:
                  prefix_cache_mb: int = 1024):
         self.model = model
         self.tokenizer = tokenizer
-        self.device = torch.device(device) if device else next(model.parameters()).device
+        self._pinned = torch.device(device) if device else None
+        self._cache_device: torch.device | None = None  # where the kept keys/values live
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         reuse = prefix_cache_mb > 0 and supports_prefix_cache(model.config)
         self.prefix_cache = PrefixCache(prefix_cache_mb << 20) if reuse else None
+
+    @property
+    def device(self) -> torch.device:
+        return self._pinned or next(self.model.parameters()).device
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
@@ -99,6 +106,9 @@ class TransformersEngine:
         n = len(prompts)
         prefixes: list = [(0, None)] * n
         if self.prefix_cache is not None:
+            if self._cache_device != self.device:  # kept keys/values on the old device cannot be spliced in
+                self.prefix_cache.clear()
+                self._cache_device = self.device
             self.prefix_cache.check_version(weights_version(self.model))
             prefixes = [self.prefix_cache.lookup(p) for p in prompts]
         width = max(len(p) - c for p, (c, _) in zip(prompts, prefixes))
