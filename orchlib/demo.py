@@ -284,7 +284,8 @@ def choice_gap(model, tokenizer, tasks: list[Task], toolbox, config: RolloutConf
 
     from orchlib.rollout import render_prompt, tool_schemas
 
-    gaps = []
+    # where the weights are: on a GPU machine, training left the model there
+    gaps, device = [], next((p.device for p in model.parameters()), torch.device("cpu"))
     for task in (t for t in tasks if t.tools is None or tool in t.tools):
         p = []
         for shown in under([task], profiles):
@@ -293,7 +294,7 @@ def choice_gap(model, tokenizer, tasks: list[Task], toolbox, config: RolloutConf
             ids = tokenizer.encode(head + tool, add_special_tokens=False)
             n = len(tokenizer.encode(head, add_special_tokens=False))
             with torch.no_grad():
-                logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+                logp = torch.log_softmax(model(torch.tensor([ids], device=device)).logits[0].float(), -1)
             p.append(float(sum(logp[i - 1, ids[i]] for i in range(n, len(ids))).exp()))
         gaps.append(p[0] - p[1])
     return 100 * sum(gaps) / len(gaps) if gaps else float("nan")

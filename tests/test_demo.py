@@ -39,9 +39,11 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
     header = demo.table.splitlines()[0].split()
     assert [h for h in header if h != "calls"][8:] == ["calculator", "generalist", "mixtral", "unknown"]
     assert m["format"]["copy_drill_steps"] == 30  # the gate is checked every 50 steps: never reached here
-    # the exact choice gap is measured on the warm start and again on the trained weights
+    # the exact choice gap is measured on the warm start and again on the trained weights, which differ
+    # once a step kept a group (a shortened warm start can leave every group of 12 steps without spread)
     before, after = m["format"]["choice_gap_points"], m["choice_gap_points"]
-    assert -100 <= before <= 100 and -100 <= after <= 100 and before != after
+    updated = any(h.get("groups_kept", 0) > 0 for h in m["history"])
+    assert -100 <= before <= 100 and -100 <= after <= 100 and (before != after) == updated
     assert f"{after:.2f} points (before RL: {before:.2f})" in demo.table
     # and on the reading drills' own pair, which the demo never offers
     reading = m["format"]["reading_gap_points"]

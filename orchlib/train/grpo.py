@@ -127,8 +127,9 @@ def _resolve_reward(reward):
 class Trainer:
     def __init__(self, policy, tasks: Sequence[Task], tools, reward, config: GRPOConfig = GRPOConfig(),
                  *, policy_source: str | None = None):
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
+
+        from orchlib.train.accel import make_accelerator
 
         self.config = config
         set_seed(config.seed)
@@ -140,13 +141,10 @@ class Trainer:
             lc = config.lora
             model = get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
                                                      target_modules=lc.target_modules, task_type="CAUSAL_LM"))
-        mp = config.mixed_precision
-        if mp == "auto":
-            mp = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
         # cpu=True where there is no GPU: only then does Accelerate start a gloo process group under
         # `accelerate launch --multi_gpu` / torchrun (MULTI_CPU); its `--cpu` flag alone runs one process
-        self.accelerator = Accelerator(mixed_precision=mp, log_with=config.log_with, project_dir=config.project_dir,
-                                       cpu=not torch.cuda.is_available())
+        self.accelerator = make_accelerator(config.mixed_precision, log_with=config.log_with,
+                                            project_dir=config.project_dir, cpu=not torch.cuda.is_available())
         self.ref_model = None
         if config.kl_coef > 0 and not config.lora:  # full fine-tuning needs a frozen copy as the reference
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(self.accelerator.device)

@@ -46,7 +46,8 @@ class SFTConfig(BaseModel):
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
     batch_size: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
-    mixed_precision: str = Field("no", description="as Accelerate's flag; 'bf16' on a GPU that has it")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 where the GPU has it, else fp32 (as GRPOConfig: one precision per process)")
 
 
 @dataclass
@@ -111,11 +112,12 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
     """Cross-entropy on the mask-1 ids of `trajectories`, with Accelerate. Trains `model` in place.
 
     `until`, if given, is called every `check_every` steps (model in eval mode); True ends training."""
-    from accelerate import Accelerator
     from tqdm.auto import tqdm
 
+    from orchlib.train.accel import make_accelerator
+
     t0 = time.perf_counter()
-    acc = Accelerator(mixed_precision=config.mixed_precision)
+    acc = make_accelerator(config.mixed_precision, cpu=not torch.cuda.is_available())
     torch.manual_seed(config.seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     per_epoch = (len(trajectories) + config.batch_size - 1) // config.batch_size
