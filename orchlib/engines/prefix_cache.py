@@ -6,16 +6,17 @@ attention keys and values of the entire context; with it, only the observation s
 (vLLM calls this automatic prefix caching; the rollout sees the same token-in, token-out interface.)
 
 Entries are per sequence: per layer, keys and values of shape (heads, length, head_dim). They are
-valid only for the weights that computed them, so every entry records `weights_version(model)` —
-the sum of the parameters' in-place version counters, which any optimiser step or `load_state_dict`
-bumps — and a lookup under other weights empties the cache.
+valid only for the weights that computed them, where they were, so every entry records
+`weights_version(model)` — the sum of the parameters' in-place version counters, which any optimiser
+step or `load_state_dict` bumps, and the device they live on, which training may change (Accelerate
+moves the model to the GPU) — and a lookup under other weights empties the cache.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
 
@@ -24,9 +25,11 @@ __all__ = ["PrefixCache", "assemble", "weights_version", "supports_prefix_cache"
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def weights_version(model) -> int:
-    """Changes whenever a parameter is written in place (optimiser steps, load_state_dict, copy_)."""
-    return sum(p._version for p in model.parameters())
+def weights_version(model) -> tuple[int, str]:
+    """Changes whenever a parameter is written in place (optimiser steps, load_state_dict, copy_) or the
+    model moves to another device (keys/values kept on the old one cannot be spliced in)."""
+    params = list(model.parameters())
+    return sum(p._version for p in params), str(params[0].device) if params else "cpu"
 
 
 def supports_prefix_cache(config) -> bool:
@@ -47,7 +50,7 @@ class PrefixCache:
 
     def __init__(self, max_bytes: int = 1 << 30):
         self.max_bytes = max_bytes
-        self.version: int | None = None
+        self.version: Hashable | None = None
         self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self._bytes = 0
         self.hits = self.reused_tokens = 0
@@ -63,7 +66,7 @@ class PrefixCache:
         self._entries.clear()
         self._bytes = 0
 
-    def check_version(self, version: int) -> None:
+    def check_version(self, version: Hashable) -> None:
         """Drop everything computed under other weights."""
         if version != self.version:
             self.clear()

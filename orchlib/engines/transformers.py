@@ -35,7 +35,6 @@ class TransformersEngine:
         self.model = model
         self.tokenizer = tokenizer
         self._pinned = torch.device(device) if device else None
-        self._cache_device: torch.device | None = None  # where the kept keys/values live
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         reuse = prefix_cache_mb > 0 and supports_prefix_cache(model.config)
@@ -106,9 +105,6 @@ class TransformersEngine:
         n = len(prompts)
         prefixes: list = [(0, None)] * n
         if self.prefix_cache is not None:
-            if self._cache_device != self.device:  # kept keys/values on the old device cannot be spliced in
-                self.prefix_cache.clear()
-                self._cache_device = self.device
             self.prefix_cache.check_version(weights_version(self.model))
             prefixes = [self.prefix_cache.lookup(p) for p in prompts]
         width = max(len(p) - c for p, (c, _) in zip(prompts, prefixes))
