@@ -86,6 +86,9 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "sft_loss_first": sft.losses[0] if sft.losses else None,
         "sft_loss_last": sft.losses[-1] if sft.losses else None,
         "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
+        # mean groups per step whose rewards differed, per profile: only those carry a learning signal
+        "groups_kept_per_step": {p: float(np.mean([h.get(f"profile/{p}/groups_kept", 0.0) for h in history]))
+                                 if history else float("nan") for p in ("accuracy", "thrifty")},
         "entropy_last": history[-1].get("entropy") if history else None,
         "kl_last": history[-1].get("kl") if history else None,
         "history": history,  # every GRPO step's metrics, as the trainer logged them
@@ -138,7 +141,9 @@ def _table(m: dict[str, Any]) -> str:
              f"choice on the reading drills' pair: {m['format'].get('reading_gap_points', float('nan')):.1f} points",
              f"GRPO reward: first 10 steps {m['reward_first10']:.3f}, last 10 steps {m['reward_last10']:.3f} "
              f"(against fixed reference runs: {m['reward_anchored_first10']:.3f} -> "
-             f"{m['reward_anchored_last10']:.3f})",
+             f"{m['reward_anchored_last10']:.3f}); groups per step with a learning signal (rewards not all "
+             f"equal), of {m['config']['tasks_per_step']} per profile: "
+             + ", ".join(f"{p} {v:.2f}" for p, v in m["groups_kept_per_step"].items()),
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]

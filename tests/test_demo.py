@@ -69,6 +69,12 @@ def test_reported_numbers_match_the_saved_trajectories(demo):
     anchored = [h["reward_anchored"] for h in demo.history]
     assert len(anchored) == 12 and all(0.0 <= a <= 3.0 for a in anchored)  # at most outcome + cost + latency
     assert m["reward_anchored_last10"] == pytest.approx(sum(anchored[-10:]) / 10)
+    for prof in ("accuracy", "thrifty"):  # per profile, the groups that carried a signal, summed per step
+        kept = [h[f"profile/{prof}/groups_kept"] for h in demo.history]
+        assert m["groups_kept_per_step"][prof] == pytest.approx(sum(kept) / len(kept))
+        assert f"{prof} {sum(kept) / len(kept):.2f}" in demo.table
+    both = [h["profile/accuracy/groups_kept"] + h["profile/thrifty/groups_kept"] for h in demo.history]
+    assert both == [h["groups_kept"] for h in demo.history]
 
 
 def test_the_oracle_is_never_beaten_on_accuracy(demo):

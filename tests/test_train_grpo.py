@@ -72,3 +72,23 @@ def test_a_task_without_p_is_rewarded_under_the_p_its_prompt_shows(toy_warm):
     assert report.rewards == [t.outcome for t in report.trajectories]
     assert all(t.preference["name"] == "default" and t.preference["latency"] == 0.0 for t in report.trajectories)
     assert reward(report.trajectories[:8], P=None).tolist() == [t.outcome + 0.5 for t in report.trajectories[:8]]
+
+
+def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm):
+    # independent count: a group is kept when its rewards are not all equal (min_reward_spread default)
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3,
+                     paired_profiles=("accuracy", "thrifty"))
+    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                      Reward.load("rewards/toolorchestra.yaml"), cfg)
+    G, seen = cfg.group_size, {"accuracy": 0, "thrifty": 0}
+    for report in trainer.run(3, progress=False):
+        want = {"accuracy": 0, "thrifty": 0}
+        for i in range(0, len(report.rewards), G):
+            prof = report.trajectories[i].preference["name"]
+            want[prof] += len(set(report.rewards[i:i + G])) > 1
+        got = {p: report.metrics[f"profile/{p}/groups_kept"] for p in want}
+        assert got == want
+        assert sum(got.values()) == report.metrics["groups_kept"]
+        for p in seen:
+            seen[p] += want[p]
+    assert sum(seen.values()) > 0  # the check above compared real kept groups, not only zeros
