@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from orchlib.atomic import write_text_atomic
-from orchlib.demo import DEMO_TOOL_NAMES, EXPENSIVE
+from orchlib.demo import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
 from orchlib.trajectory import write_jsonl
@@ -88,7 +88,7 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
         # mean groups per step whose rewards differed, per profile: only those carry a learning signal
         "groups_kept_per_step": {p: float(np.mean([h.get(f"profile/{p}/groups_kept", 0.0) for h in history]))
-                                 if history else float("nan") for p in ("accuracy", "thrifty")},
+                                 if history else float("nan") for p in DEMO_PROFILES},
         "entropy_last": history[-1].get("entropy") if history else None,
         "kl_last": history[-1].get("kl") if history else None,
         "history": history,  # every GRPO step's metrics, as the trainer logged them

@@ -332,27 +332,23 @@ class Trainer:
     def _metrics(self, trajs, rewards, terms, keep, upd) -> dict[str, float]:
         from accelerate.utils import gather_object
 
+        G = self.config.group_size
         rows = [{"reward": r, "outcome": t.outcome, "cost": t.cost_usd, "latency": t.latency_s,
                  "tokens": t.num_tokens, "turns": t.num_turns, "calls": t.calls, "errors": t.errors,
-                 "profile": t.preference.get("name", "")} for t, r in zip(trajs, rewards)]
+                 "profile": t.preference.get("name", ""), "kept": bool(k)}
+                for t, r, k in zip(trajs, rewards, np.repeat(keep.numpy(), G))]
         kept = [int(keep.sum()), int((~keep).sum())]
-        # which profiles' groups carried a learning signal: a group whose rewards are all equal teaches
-        # nothing, and under some P (e.g. outcome only, every tool right) most groups are like that
-        G = self.config.group_size
-        by_prof: dict[str, float] = {}
-        for i, k in enumerate(keep.tolist()):
-            prof = str(trajs[i * G].preference.get("name", ""))
-            by_prof[prof] = by_prof.get(prof, 0.0) + float(k)
         if self.accelerator.num_processes > 1:
             rows = gather_object(rows)
             kept = np.array(gather_object([kept])).sum(0).tolist()
-            by_prof = _sum_dicts(_gather_dicts(by_prof))
         m: dict[str, float] = {"step": float(self.step_count)}
         m.update(_summaries(rows))
         for prof in sorted({r["profile"] for r in rows if r["profile"]}):
             sub = _summaries([r for r in rows if r["profile"] == prof])
             m.update({f"profile/{prof}/{k}": v for k, v in sub.items() if not k.startswith(("calls/", "errors/"))})
-            m[f"profile/{prof}/groups_kept"] = float(by_prof.get(prof, 0.0))
+            # groups of this profile that carried a learning signal: a group whose rewards are all equal
+            # teaches nothing, and under some P (outcome only, every tool right) most groups are like that
+            m[f"profile/{prof}/groups_kept"] = sum(r["kept"] for r in rows if r["profile"] == prof) / G
         m.update({f"reward/{k}": v for k, v in terms.items()})
         m["groups_kept"], m["groups_filtered"] = float(kept[0]), float(kept[1])
         m.update({k: float(v) for k, v in upd.items()})
