@@ -337,10 +337,9 @@ class Trainer:
                  "tokens": t.num_tokens, "turns": t.num_turns, "calls": t.calls, "errors": t.errors,
                  "profile": t.preference.get("name", ""), "kept": bool(k)}
                 for t, r, k in zip(trajs, rewards, np.repeat(keep.numpy(), G))]
-        kept = [int(keep.sum()), int((~keep).sum())]
         if self.accelerator.num_processes > 1:
             rows = gather_object(rows)
-            kept = np.array(gather_object([kept])).sum(0).tolist()
+        kept = sum(r["kept"] for r in rows) / G  # every group is G rows, each marked with its group's keep
         m: dict[str, float] = {"step": float(self.step_count)}
         m.update(_summaries(rows))
         for prof in sorted({r["profile"] for r in rows if r["profile"]}):
@@ -350,7 +349,7 @@ class Trainer:
             # teaches nothing, and under some P (outcome only, every tool right) most groups are like that
             m[f"profile/{prof}/groups_kept"] = sum(r["kept"] for r in rows if r["profile"] == prof) / G
         m.update({f"reward/{k}": v for k, v in terms.items()})
-        m["groups_kept"], m["groups_filtered"] = float(kept[0]), float(kept[1])
+        m["groups_kept"], m["groups_filtered"] = float(kept), len(rows) / G - kept
         m.update({k: float(v) for k, v in upd.items()})
         return m
 
