@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from orchlib.demo import DemoConfig, run_demo
+from orchlib.demo import DemoConfig, demo_suite, run_demo
 from orchlib.trajectory import read_jsonl
 
 
@@ -63,6 +63,17 @@ def test_reported_numbers_match_the_saved_trajectories(demo):
     gap = 100 * (m["policies"]["orchestrator"]["accuracy"]["generalist_share"]
                  - m["policies"]["orchestrator"]["thrifty"]["generalist_share"])
     assert m["controllability_points"] == pytest.approx(gap)
+    # per category, from the split's own task list (not the trajectories' category field)
+    category = {t.id: t.category for t in demo_suite(0, 40, 12)[1]}
+    assert set(m["controllability_by_category"]["orchestrator"]) == set(category.values()) == {"arithmetic", "gsm8k"}
+    for cat in ("arithmetic", "gsm8k"):
+        shares = []
+        for prof in ("accuracy", "thrifty"):
+            sub = [t for t in trajs if category[t.task_id.rsplit("@", 1)[0]] == cat and t.preference["name"] == prof]
+            calls = sum(sum(t.calls.values()) for t in sub)
+            shares.append(sum(t.calls.get("generalist", 0) for t in sub) / calls if calls else 0.0)
+        assert m["controllability_by_category"]["orchestrator"][cat] == pytest.approx(100 * (shares[0] - shares[1]))
+        assert f"{cat} {100 * (shares[0] - shares[1]):.1f}" in demo.table
     rewards = [h["reward"] for h in demo.history]
     assert m["reward_first10"] == pytest.approx(sum(rewards[:10]) / 10)
     assert m["reward_last10"] == pytest.approx(sum(rewards[-10:]) / 10)
