@@ -16,7 +16,7 @@ from orchlib.tasks import Preference
 from orchlib.trajectory import write_jsonl
 
 __all__ = ["summarize_demo", "write_outputs", "rewards_across_policies", "generalist_share",
-           "controllability_by_category"]
+           "controllability", "controllability_by_category"]
 
 SHARED = 0o644  # the demo's outputs are reports to share, not private files
 
@@ -34,16 +34,18 @@ def generalist_share(trajs, tool: str = EXPENSIVE) -> float:
     return sum(t.calls.get(tool, 0) for t in trajs) / total if total else 0.0
 
 
+def controllability(trajs, tool: str = EXPENSIVE) -> float:
+    """100 x (share of calls to `tool` under "accuracy" - under "thrifty"): the demo's
+    `controllability_points`."""
+    per = _by_profile(trajs)
+    return 100 * (generalist_share(per.get("accuracy", []), tool) - generalist_share(per.get("thrifty", []), tool))
+
+
 def controllability_by_category(trajs, tool: str = EXPENSIVE) -> dict[str, float]:
-    """Per task category: 100 x (share of calls to `tool` under "accuracy" - under "thrifty"). The gap
-    can sit in one category alone (with the reading drills it sat on arithmetic, docs/training.md), which
-    the overall number hides."""
-    out = {}
-    for cat in sorted({t.category for t in trajs}):
-        per = _by_profile([t for t in trajs if t.category == cat])
-        share = {p: generalist_share(per.get(p, []), tool) for p in ("accuracy", "thrifty")}
-        out[cat] = 100 * (share["accuracy"] - share["thrifty"])
-    return out
+    """`controllability` per task category. The gap can sit in one category alone (with the reading
+    drills it sat on arithmetic, docs/training.md), which the overall number hides."""
+    return {cat: controllability([t for t in trajs if t.category == cat], tool)
+            for cat in sorted({t.category for t in trajs})}
 
 
 def _numbers(trajs) -> dict[str, Any]:
@@ -86,14 +88,12 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
     for name, trajs in runs.items():
         policies[name] = {"all": _numbers(trajs), **{p: _numbers(ts) for p, ts in sorted(_by_profile(trajs).items())}}
     across = rewards_across_policies({k: v for k, v in runs.items() if k != "before RL"}, reward)
-    share = {p: policies["orchestrator"][p]["generalist_share"] for p in ("accuracy", "thrifty")}
-    before_share = {p: policies["before RL"][p]["generalist_share"] for p in ("accuracy", "thrifty")}
     first10, last10 = _ends([h["reward"] for h in history])
     anchored = _ends([h["reward_anchored"] for h in history if "reward_anchored" in h])
     m: dict[str, Any] = {
         "config": config.model_dump(), "seed": config.seed, "policies": policies, "reward_across": across,
-        "controllability_points": 100 * (share["accuracy"] - share["thrifty"]),
-        "controllability_points_before_rl": 100 * (before_share["accuracy"] - before_share["thrifty"]),
+        "controllability_points": controllability(after.trajectories),
+        "controllability_points_before_rl": controllability(before.trajectories),
         "controllability_by_category": {"orchestrator": controllability_by_category(after.trajectories),
                                         "before RL": controllability_by_category(before.trajectories)},
         "reward_first10": first10, "reward_last10": last10,
@@ -128,7 +128,13 @@ def _ends(values: list[float]) -> tuple[float, float]:
     return float(np.mean(values[:10])), float(np.mean(values[-10:]))
 
 
+def _listed(values: dict[str, float], spec: str) -> str:
+    """`{"a": 1.0, "b": 2.5}` -> "a 1.0, b 2.5" (each value formatted with `spec`)."""
+    return ", ".join(f"{k} {v:{spec}}" for k, v in values.items())
+
+
 def _table(m: dict[str, Any]) -> str:
+    by_cat = m["controllability_by_category"]
     tools = DEMO_TOOL_NAMES
     # a malformed call can name anything ("{", "calculat"): such names share one column, not one each
     header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools],
@@ -149,9 +155,7 @@ def _table(m: dict[str, Any]) -> str:
              f"(before RL: {m['controllability_points_before_rl']:.1f}); exact choice gap "
              f"p(generalist | accuracy) - p(generalist | thrifty): {m.get('choice_gap_points', float('nan')):.2f} "
              f"points (before RL: {m['format'].get('choice_gap_points', float('nan')):.2f}); by category: "
-             + ", ".join(f"{c} {v:.1f}" for c, v in m["controllability_by_category"]["orchestrator"].items())
-             + " (before RL: " + ", ".join(f"{c} {v:.1f}" for c, v in
-                                          m["controllability_by_category"]["before RL"].items()) + ")",
+             f"{_listed(by_cat['orchestrator'], '.1f')} (before RL: {_listed(by_cat['before RL'], '.1f')})",
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
              f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
              f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
@@ -161,7 +165,7 @@ def _table(m: dict[str, Any]) -> str:
              f"(against fixed reference runs: {m['reward_anchored_first10']:.3f} -> "
              f"{m['reward_anchored_last10']:.3f}); groups per step with a learning signal (rewards not all "
              f"equal), of {m['config']['tasks_per_step']} per profile: "
-             + ", ".join(f"{p} {v:.2f}" for p, v in m["groups_kept_per_step"].items()),
+             + _listed(m["groups_kept_per_step"], ".2f"),
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]
