@@ -104,6 +104,11 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         # mean groups per step whose rewards differed, per profile: only those carry a learning signal
         "groups_kept_per_step": {p: float(np.mean([h.get(f"profile/{p}/groups_kept", 0.0) for h in history]))
                                  if history else float("nan") for p in DEMO_PROFILES},
+        # where the updates pushed: per profile, the mean over steps of the mean advantage of the rollouts
+        # that called the generalist (positive: toward it). Profiles that differ here while their tool
+        # shares do not mean the reward carries P's signal and the policy does not read P.
+        "generalist_advantage_per_step": {p: _step_mean(history, f"profile/{p}/advantage/{EXPENSIVE}")
+                                          for p in DEMO_PROFILES},
         "entropy_last": history[-1].get("entropy") if history else None,
         "kl_last": history[-1].get("kl") if history else None,
         "history": history,  # every GRPO step's metrics, as the trainer logged them
@@ -119,6 +124,12 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "anchored_reward_last10>first10": anchored[1] > anchored[0],
     }
     return m
+
+
+def _step_mean(history: list[dict], key: str) -> float:
+    """Mean of `key` over the steps that logged it (NaN for none)."""
+    values = [h[key] for h in history if key in h]
+    return float(np.mean(values)) if values else float("nan")
 
 
 def _ends(values: list[float]) -> tuple[float, float]:
@@ -165,7 +176,8 @@ def _table(m: dict[str, Any]) -> str:
              f"(against fixed reference runs: {m['reward_anchored_first10']:.3f} -> "
              f"{m['reward_anchored_last10']:.3f}); groups per step with a learning signal (rewards not all "
              f"equal), of {m['config']['tasks_per_step']} per profile: "
-             + _listed(m["groups_kept_per_step"], ".2f"),
+             + _listed(m["groups_kept_per_step"], ".2f") + "; mean advantage of the rollouts calling the "
+             f"generalist: {_listed(m['generalist_advantage_per_step'], '+.3f')}",
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]

@@ -86,6 +86,11 @@ def test_reported_numbers_match_the_saved_trajectories(demo):
         assert f"{prof} {sum(kept) / len(kept):.2f}" in demo.table
     both = [h["profile/accuracy/groups_kept"] + h["profile/thrifty/groups_kept"] for h in demo.history]
     assert both == [h["groups_kept"] for h in demo.history]
+    for prof in ("accuracy", "thrifty"):  # where the updates pushed: steps whose rollouts called the generalist
+        pushes = [h[f"profile/{prof}/advantage/generalist"] for h in demo.history
+                  if f"profile/{prof}/advantage/generalist" in h]
+        want = sum(pushes) / len(pushes) if pushes else float("nan")
+        assert m["generalist_advantage_per_step"][prof] == pytest.approx(want, nan_ok=True)
 
 
 def test_the_oracle_is_never_beaten_on_accuracy(demo):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import TOY_ROLLOUT
 
@@ -92,3 +93,28 @@ def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm
         for p in seen:
             seen[p] += want[p]
     assert sum(seen.values()) > 0  # the check above compared real kept groups, not only zeros
+
+
+def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_called_it(toy_warm):
+    # recomputed from the report's own rollouts: a group whose rewards are all equal pushes nothing
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3,
+                     paired_profiles=("accuracy", "thrifty"))
+    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                      Reward.load("rewards/toolorchestra.yaml"), cfg)
+    G, compared = cfg.group_size, 0
+    for report in trainer.run(3, progress=False):
+        sums, counts = {}, {}
+        for i, (traj, adv) in enumerate(zip(report.trajectories, report.advantages)):
+            start = i - i % G
+            kept = len(set(report.rewards[start:start + G])) > 1
+            for tool, n in traj.calls.items():
+                if n:
+                    key = f"profile/{traj.preference['name']}/advantage/{tool}"
+                    sums[key] = sums.get(key, 0.0) + (adv if kept else 0.0)
+                    counts[key] = counts.get(key, 0) + 1
+        got = {k: v for k, v in report.metrics.items() if "/advantage/" in k}
+        assert set(got) == set(sums)
+        for k in sums:
+            assert got[k] == pytest.approx(sums[k] / counts[k], abs=1e-9)
+            compared += sums[k] != 0.0
+    assert compared > 0  # some of the means compared were real pushes, not only zeros

@@ -203,7 +203,7 @@ class Trainer:
                            adv[keep].flatten().tolist())
         t3 = time.perf_counter()
         self.step_count += 1
-        metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd)
+        metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
         times = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0}
         if acc.num_processes > 1:  # the step lasts as long as its slowest process
             times = {k: max(d[k] for d in _gather_dicts(times)) for k in times}
@@ -329,14 +329,14 @@ class Trainer:
         logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
         return logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
 
-    def _metrics(self, trajs, rewards, terms, keep, upd) -> dict[str, float]:
+    def _metrics(self, trajs, rewards, terms, keep, upd, advantages) -> dict[str, float]:
         from accelerate.utils import gather_object
 
         G = self.config.group_size
         rows = [{"reward": r, "outcome": t.outcome, "cost": t.cost_usd, "latency": t.latency_s,
                  "tokens": t.num_tokens, "turns": t.num_turns, "calls": t.calls, "errors": t.errors,
-                 "profile": t.preference.get("name", ""), "kept": bool(k)}
-                for t, r, k in zip(trajs, rewards, np.repeat(keep.numpy(), G))]
+                 "profile": t.preference.get("name", ""), "kept": bool(k), "advantage": a if k else 0.0}
+                for t, r, k, a in zip(trajs, rewards, np.repeat(keep.numpy(), G), advantages)]
         if self.accelerator.num_processes > 1:
             rows = gather_object(rows)
         kept = sum(r["kept"] for r in rows) / G  # every group is G rows, each marked with its group's keep
@@ -348,6 +348,11 @@ class Trainer:
             # groups of this profile that carried a learning signal: a group whose rewards are all equal
             # teaches nothing, and under some P (outcome only, every tool right) most groups are like that
             m[f"profile/{prof}/groups_kept"] = sum(r["kept"] for r in rows if r["profile"] == prof) / G
+            # where this profile's update pushes: the mean advantage of its rollouts that called each tool
+            # (0 for groups left out). If these differ by profile while the tool shares do not, the
+            # reward carries P's signal and the policy is not (yet) reading P.
+            m.update({f"profile/{prof}/advantage/{tool}": v for tool, v in _tool_advantages(
+                [r for r in rows if r["profile"] == prof]).items()})
         m.update({f"reward/{k}": v for k, v in terms.items()})
         m["groups_kept"], m["groups_filtered"] = float(kept), len(rows) / G - kept
         m.update({k: float(v) for k, v in upd.items()})
@@ -414,6 +419,18 @@ def _sum_dicts(ds: list[dict[str, float]]) -> dict[str, float]:
     for d in ds:
         total.update(d)
     return dict(total)
+
+
+def _tool_advantages(rows: list[dict]) -> dict[str, float]:
+    """tool → mean advantage of the rows whose trajectory called it at least once."""
+    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for r in rows:
+        for tool, n in r["calls"].items():
+            if n:
+                sums[tool] += r["advantage"]
+                counts[tool] += 1
+    return {tool: sums[tool] / counts[tool] for tool in sorted(counts)}
 
 
 def _summaries(rows: list[dict]) -> dict[str, float]:
