@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 
-from orchlib.demo import DEMO_TOOL_NAMES
+from orchlib.demo import DEMO_TOOL_NAMES, EXPENSIVE
 
 __all__ = ["report_html"]
 
@@ -15,6 +15,7 @@ def report_html(metrics, after, baselines, history) -> str:
     figures = [
         ("Reward and its terms over GRPO steps", viz.reward_curves(history, keys=("reward_anchored",))),
         ("Tool-call mix over GRPO steps", viz.tool_mix_over_steps(history, tools=DEMO_TOOL_NAMES)),
+        ("Where GRPO pushes, per profile, and what the policy chooses", viz.push_and_share(history, EXPENSIVE)),
         ("Tool calls per preference profile (trained orchestrator)", viz.tool_distribution(
             {p: [t for t in after.trajectories if t.preference.get("name") == p] for p in ("accuracy", "thrifty")})),
         ("Tool calls per policy", viz.tool_distribution(

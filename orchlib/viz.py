@@ -8,6 +8,7 @@ widgets (`orchlib.widgets`) show these same figures.
     tool_distribution(trajs, by="profile")                # one bar per preference profile
     tool_mix_over_steps(trainer.history)                  # the call mix as training goes
     reward_curves(trainer.history)                        # reward and each term's contribution
+    push_and_share(trainer.history, "generalist")         # per profile: where updates push, what is chosen
     cost_accuracy({"oracle": report, ...})                # mean cost vs accuracy, Pareto frontier
     timeline(trajectory)                                  # turns and concurrent calls, Gantt-like
     explain_figure(reward.explain(group, P))              # each term's contribution per rollout
@@ -28,8 +29,8 @@ from orchlib.evaluate import frontier
 from orchlib.reward.reward import Explanation
 from orchlib.trajectory import Trajectory
 
-__all__ = ["tool_colors", "tool_distribution", "tool_mix_over_steps", "reward_curves", "cost_accuracy",
-           "timeline", "explain_figure"]
+__all__ = ["tool_colors", "tool_distribution", "tool_mix_over_steps", "reward_curves", "push_and_share",
+           "cost_accuracy", "timeline", "explain_figure"]
 
 _PALETTE = qualitative.Plotly + qualitative.D3
 _ERROR_COLOR = "#d62728"
@@ -173,6 +174,37 @@ def reward_curves(history: Any, terms: bool = True, profiles: bool = False, keys
     fig.add_traces([line(k, k, "metrics") for k in keys])
     fig.update_layout(title=title or "Reward over training", xaxis_title="step", yaxis_title="mean per rollout",
                       legend_title="series")
+    return fig
+
+
+def push_and_share(history: Any, tool: str, title: str | None = None) -> go.Figure:
+    """Per preference profile, two curves over the steps: the share of the step's calls that went to
+    `tool` (`profile/<p>/share/<tool>`, top) and the mean advantage of the rollouts that called it
+    (`profile/<p>/advantage/<tool>`, bottom: where the update pushed). Pushes that differ by profile
+    under shares that move together mean the reward carries P and the policy does not read it yet.
+    A step where no rollout under a profile called `tool` shows a share of 0 and a gap in the push."""
+    from plotly.subplots import make_subplots
+
+    rows = _history(history)
+    steps = _steps(rows)
+    profs = sorted({k.split("/")[1] for m in rows for k in m
+                    if k.startswith("profile/") and k.endswith((f"/share/{tool}", f"/advantage/{tool}"))})
+    colors = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(profs)}
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=(f"share of calls to {tool}", f"mean advantage of rollouts calling {tool}"))
+    for row, (metric, fmt) in enumerate((("share", ".0%"), ("advantage", "+.3f")), start=1):
+        for p in profs:
+            # a step whose rollouts under p called other tools only logs no share of `tool`: that is 0
+            ys = [m.get(f"profile/{p}/{metric}/{tool}", 0.0 if metric == "share" and any(
+                k.startswith(f"profile/{p}/share/") for k in m) else None) for m in rows]
+            fig.add_trace(go.Scatter(name=p, x=steps, y=ys, mode="lines+markers", connectgaps=False,
+                                     line_color=colors[p], legendgroup=p, showlegend=row == 1,
+                                     hovertemplate=f"{p}<br>step %{{x}}: %{{y:{fmt}}}<extra></extra>"),
+                          row=row, col=1)
+    fig.add_hline(y=0, line_width=1, line_color=_POLICY_COLOR, row=2, col=1)
+    fig.update_yaxes(tickformat=".0%", row=1, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_layout(title=title or f"Where the updates push, and what is chosen: {tool}", legend_title="profile")
     return fig
 
 

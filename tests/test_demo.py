@@ -32,7 +32,7 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
         for profile in ("accuracy", "thrifty"):
             assert {"accuracy", "cost_usd", "latency_s", "calls"} <= set(m["policies"][policy][profile])
     html = (out / "report.html").read_text()
-    assert html.count("plotly-graph-div") >= 5 and "orchlib demo" in html
+    assert html.count("plotly-graph-div") >= 6 and "orchlib demo" in html and "Where GRPO pushes" in html
     assert set(m["wall_s"]) >= {"warm_start", "grpo", "eval_before", "eval_after", "baselines"}
     assert len(demo.history) == 12 and "checks:" in demo.table
     assert [h["step"] for h in m["history"]] == [h["step"] for h in demo.history]

@@ -178,3 +178,17 @@ def test_every_figure_serialises_to_json():
             viz.explain_figure(Reward.from_string("outcome").explain([traj({})]))]
     for fig in figs:
         assert isinstance(fig, go.Figure) and fig.to_json()
+
+
+def test_push_and_share_draws_each_profiles_share_and_push_with_gaps_where_the_tool_was_not_called():
+    history = [{"step": 1.0, "profile/accuracy/share/gen": 0.5, "profile/accuracy/advantage/gen": 0.4,
+                "profile/thrifty/share/gen": 0.25, "profile/thrifty/advantage/gen": -0.3},
+               {"step": 2.0, "profile/accuracy/share/gen": 0.75, "profile/accuracy/advantage/gen": 0.1,
+                "profile/thrifty/share/cheap": 1.0}]  # no thrifty rollout called gen: share 0, no push
+    fig = viz.push_and_share(history, "gen")
+    top = {t.name: list(t.y) for t in fig.data if t.yaxis == "y"}
+    bottom = {t.name: list(t.y) for t in fig.data if t.yaxis == "y2"}
+    assert top == {"accuracy": [0.5, 0.75], "thrifty": [0.25, 0.0]}
+    assert bottom == {"accuracy": [0.4, 0.1], "thrifty": [-0.3, None]}
+    assert [list(t.x) for t in fig.data] == [[1.0, 2.0]] * 4
+    assert sum(t.showlegend is not False for t in fig.data) == 2  # one legend entry per profile
