@@ -102,8 +102,7 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "sft_loss_last": sft.losses[-1] if sft.losses else None,
         "wall_s": {k: round(v, 2) for k, v in wall.items()}, "wall_total_s": round(sum(wall.values()), 2),
         # mean groups per step whose rewards differed, per profile: only those carry a learning signal
-        "groups_kept_per_step": {p: float(np.mean([h.get(f"profile/{p}/groups_kept", 0.0) for h in history]))
-                                 if history else float("nan") for p in DEMO_PROFILES},
+        "groups_kept_per_step": {p: _step_mean(history, f"profile/{p}/groups_kept") for p in DEMO_PROFILES},
         # where the updates pushed: per profile, the mean over steps of the mean advantage of the rollouts
         # that called the generalist (positive: toward it). Profiles that differ here while their tool
         # shares do not mean the reward carries P's signal and the policy does not read P.
