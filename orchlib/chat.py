@@ -18,7 +18,7 @@ from orchlib.trajectory import ToolCall
 __all__ = [
     "IM_START", "IM_END", "TOOL_CALL", "TOOL_CALL_END", "TOOL_RESPONSE", "TOOL_RESPONSE_END", "PAD",
     "SPECIAL_TOKENS", "CHAT_TEMPLATE", "ToolCallParseError", "parse_tool_calls", "render_call", "render_assistant",
-    "observation_segment", "system_text",
+    "observation_segment", "system_text", "call_name_mask",
 ]
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -142,3 +142,37 @@ def _parse_one(body: str, offset: int) -> ToolCall:
     if not isinstance(args, dict):
         raise ToolCallParseError(f"'arguments' must be a JSON object, got {type(args).__name__}", offset, snippet)
     return ToolCall(name=name, arguments=args)
+
+
+_NAME_KEY = re.compile(r'"name"\s*:\s*"')
+
+
+def call_name_mask(ids: list[int], mask: list[int], tokenizer) -> list[int]:
+    """1 on the sampled ids (mask 1) that spell a tool call's name, 0 elsewhere: the ids where the
+    orchestrator chooses a tool. Reads the ids one at a time, as they were sampled (nothing is
+    re-tokenised): after `<tool_call>`, past `"name": "`, up to the closing quote."""
+    open_id, close_id = tokenizer.convert_tokens_to_ids(TOOL_CALL), tokenizer.convert_tokens_to_ids(TOOL_CALL_END)
+    out, state, seen = [0] * len(ids), "", ""
+    for i, (tok, sampled) in enumerate(zip(ids, mask)):
+        if not sampled or tok in (open_id, close_id):
+            state, seen = ("seek" if sampled and tok == open_id else ""), ""
+            continue
+        if state == "seek":
+            seen += tokenizer.decode([tok])
+            found = _NAME_KEY.search(seen)
+            if found:  # this id may hold the key's end and the name's start
+                state, piece = "name", seen[found.end():]
+                seen = ""
+                if piece:
+                    out[i], state = _name_part(piece, state)
+        elif state == "name":
+            out[i], state = _name_part(tokenizer.decode([tok]), state)
+    return out
+
+
+def _name_part(piece: str, state: str) -> tuple[int, str]:
+    """(whether `piece` holds part of the name, the next state): a quote ends the name."""
+    if '"' not in piece:
+        return 1, state
+    return int(piece.index('"') > 0), "done"
+

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from orchlib.chat import (IM_END, IM_START, SPECIAL_TOKENS, ToolCallParseError, observation_segment,
+from orchlib.chat import (IM_END, IM_START, SPECIAL_TOKENS, ToolCallParseError, call_name_mask, observation_segment,
                           parse_tool_calls, render_assistant, render_call, system_text)
 from orchlib.trajectory import ToolCall
 
@@ -121,3 +121,26 @@ def test_malformed_calls_say_what_is_wrong(text, reason):
 def test_render_call_is_parseable_json():
     call = ToolCall(name="calculator", arguments={"expression": "2 + 2"})
     assert parse_tool_calls(render_call(call))[1] == [call]
+
+
+def test_call_name_mask_marks_exactly_the_sampled_ids_of_each_tool_name(tiny_policy):
+    _, tok = tiny_policy
+    prompt = tok.encode("<|im_start|>user\nuse the tools: calculator, generalist<|im_end|>\n", add_special_tokens=False)
+    calls = [ToolCall(name="calculator", arguments={"expression": "2 + 3"}), ToolCall(name="generalist")]
+    reply = tok.encode(render_assistant("thinking", calls) + IM_END, add_special_tokens=False)
+    # a call whose "name" follows its arguments is still read as the model wrote it
+    late = tok.encode('<tool_call>\n{"arguments": {"q": "name"}, "name": "search"}\n</tool_call>',
+                      add_special_tokens=False)
+    ids, mask = prompt + reply + late, [0] * len(prompt) + [1] * (len(reply) + len(late))
+    marked = call_name_mask(ids, mask, tok)
+    assert all(m == 0 for m in marked[:len(prompt)])  # the prompt names tools too, but was not sampled
+    spans, cur = [], []
+    for i, m in zip(ids, marked):
+        if m:
+            cur.append(i)
+        elif cur:
+            spans.append(tok.decode(cur))
+            cur = []
+    assert spans == ["calculator", "generalist", "search"]
+    # the same ids not sampled (an observation, say) are never marked
+    assert call_name_mask(ids, [0] * len(ids), tok) == [0] * len(ids)

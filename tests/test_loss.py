@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, keep_groups, kl_k3, masked_mean,
-                                token_logprobs)
+from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, high_entropy_mask, keep_groups, kl_k3,
+                                masked_mean, token_logprobs)
 
 
 def test_token_logprobs_by_hand():
@@ -80,3 +80,24 @@ def test_gradient_pushes_up_positive_advantage_tokens():
     loss.backward()
     g = logits.grad[0, 0]
     assert g[1] < 0 and g[0] > 0 and g[2] > 0  # descending the loss raises the sampled token's logit
+
+
+def test_high_entropy_mask_keeps_the_top_share_of_masked_tokens():
+    ent = torch.tensor([[0.9, 0.1, 0.5, 0.7], [0.3, 0.8, 0.2, 2.0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])  # 2.0 is padding: never counted, never kept
+    kept = high_entropy_mask(ent, mask, 0.25)
+    values = sorted(ent[mask.bool()].tolist(), reverse=True)  # 7 masked tokens; the top quarter is 2 of them
+    threshold = torch.quantile(torch.tensor(values), 0.75).item()
+    expect = [[float(m and e >= threshold) for e, m in zip(er, mr)] for er, mr in zip(ent.tolist(), mask.tolist())]
+    assert kept.tolist() == expect and kept.sum().item() == 2 and kept[0, 0] == 1 and kept[1, 1] == 1
+    assert high_entropy_mask(ent, mask, 1.0).tolist() == mask.float().tolist()
+
+
+def test_pg_mask_restricts_the_surrogate_but_not_the_kl_or_the_average():
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.5]]))
+    ref = torch.log(torch.tensor([[0.25, 0.25, 0.5]]))
+    mask, pg = torch.ones(1, 3), torch.tensor([[0.0, 1.0, 0.0]])
+    loss, stats = grpo_loss(logp, logp.clone(), torch.tensor([2.0]), mask, ref, kl_coef=0.1, pg_mask=pg)
+    kl = (0.5 + math.log(2) - 1) / 3  # only the first token differs from the reference
+    assert math.isclose(loss.item(), -2.0 / 3 + 0.1 * kl, rel_tol=1e-5)
+    assert math.isclose(stats["kl"].item(), kl, rel_tol=1e-5)

@@ -118,3 +118,44 @@ def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_calle
             assert got[k] == pytest.approx(sums[k] / counts[k], abs=1e-9)
             compared += sums[k] != 0.0
     assert compared > 0  # some of the means compared were real pushes, not only zeros
+
+
+def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_warm):
+    # independent loss: -sum_i A_i * sum(log p of the ids spelling the called tool's name) / all sampled ids,
+    # the name ids found by matching the tool name's own ids after the call's opening
+    from orchlib.chat import TOOL_CALL
+    from orchlib.train.loss import token_logprobs
+
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9,
+                     policy_tokens="tool_names")
+    model, tok = load_policy(toy_warm[0])
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    from orchlib.rollout import rollout
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
+    adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5]
+    grads = {}
+    trainer.optimizer.step = lambda *a, **k: grads.update(
+        {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+    trainer._update(trajs, adv)
+
+    check = load_policy(toy_warm[0])[0].train()
+    n_sampled = sum(sum(t.mask[1:]) for t in trajs)
+    loss, n_names = 0.0, 0
+    for t, a in zip(trajs, adv):
+        opens = [i for i, (x, m) in enumerate(zip(t.ids, t.mask)) if m and x == tok.convert_tokens_to_ids(TOOL_CALL)]
+        names = [c.name for turn in t.turns for c in turn.calls]
+        assert len(opens) == len(names)
+        ids = torch.tensor([t.ids])
+        logp = token_logprobs(check(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
+        for at, name in zip(opens, names):
+            name_ids = tok.encode(name, add_special_tokens=False)
+            pos = next(i for i in range(at, len(t.ids)) if t.ids[i:i + len(name_ids)] == name_ids)
+            loss = loss - a * logp[pos - 1:pos - 1 + len(name_ids)].sum()
+            n_names += len(name_ids)
+    (loss / n_sampled).backward()
+    assert n_names >= len(trajs)
+    want = dict(check.named_parameters())
+    assert set(grads) == set(want)
+    for n, g in grads.items():
+        assert torch.allclose(g, want[n].grad, atol=1e-6, rtol=1e-4), n
+    assert any(g.abs().sum() > 0 for g in grads.values())

@@ -35,11 +35,12 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.chat import call_name_mask
 from orchlib.engines.transformers import TransformersEngine
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
-from orchlib.train.loss import grpo_loss, group_advantages, keep_groups
+from orchlib.train.loss import grpo_loss, group_advantages, high_entropy_mask, keep_groups
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer"]
@@ -71,6 +72,13 @@ class GRPOConfig(BaseModel):
     kl_coef: float = Field(0.05, ge=0, description="k3 KL to the starting policy; 0 disables it")
     advantage_scale: Literal["std", "none"] = Field("std", description="'none' = Dr. GRPO mean-only")
     loss_level: Literal["token", "sequence"] = Field("token", description="how token losses are averaged")
+    policy_tokens: Literal["all", "tool_names"] = Field(
+        "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
+                           "a called tool (the routing choice; the warm start taught the rest); the KL term "
+                           "covers every sampled id either way")
+    top_entropy_quantile: float = Field(1.0, gt=0, le=1, description="rho: the policy-gradient term acts on "
+                                        "the top rho share of each micro-batch's tokens by entropy (Wang et al., "
+                                        "arXiv 2506.01939, use 0.2); the KL term on all. 1 keeps every token")
     min_reward_spread: float | None = Field(1e-6, ge=0, description="groups whose reward std is at most this "
                                             "are left out of the update (the paper's filter); None keeps all")
     max_grad_norm: float = Field(1.0, gt=0)
@@ -300,16 +308,28 @@ class Trainer:
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
         ref = self._ref_logprobs(ids, attn, tgt) if cfg.kl_coef > 0 else None
-        loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                            kl_coef=cfg.kl_coef, level=cfg.loss_level)
-        weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
+        pg_mask = high_entropy_mask(ent, mask, cfg.top_entropy_quantile) if cfg.top_entropy_quantile < 1 else None
+        if cfg.policy_tokens == "tool_names":
+            names = self._name_mask(trajs, width)[:, 1:][:, start:].to(dev)
+            pg_mask = names * (pg_mask if pg_mask is not None else 1.0)
+        loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                            kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask)
+        weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
+        with torch.no_grad():
             stats = {"loss": loss.item() * weight,
                      "entropy": float((ent * mask).sum() / mask.sum().clamp(min=1)) * weight,
                      "_weight": weight}
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
+
+    def _name_mask(self, trajs: list[Trajectory], width: int) -> torch.Tensor:
+        """[B, width]: 1 on each trajectory's ids that name a called tool (chat.call_name_mask)."""
+        out = torch.zeros((len(trajs), width), dtype=torch.float32)
+        for i, t in enumerate(trajs):
+            out[i, :len(t.ids)] = torch.tensor(call_name_mask(t.ids, t.mask, self.tokenizer), dtype=torch.float32)
+        return out
 
     def _logits(self, model, ids, attn, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (all of them for models whose forward cannot skip)."""

@@ -5,6 +5,8 @@
 - clipped_surrogate: PPO-style with separate low/high clip ("clip-higher", DAPO arXiv 2503.14476;
   ToolOrchestra's release uses 0.2 / 0.28).
 - kl_k3: the k3 estimator exp(q − p) − (q − p) − 1 ≥ 0 of KL(π‖π_ref) (Schulman, "Approximating KL").
+- high_entropy_mask: the tokens whose entropy is in the top `rho` share of the batch's ("forking tokens",
+  Wang et al., arXiv 2506.01939): the policy-gradient term can be restricted to them.
 - masked_mean: token-level (all tokens of the batch count equally) or sequence-level (each sequence's
   mean, then the mean over sequences) averaging.
 """
@@ -16,7 +18,7 @@ from typing import Literal
 import torch
 
 __all__ = ["token_logprobs", "group_advantages", "keep_groups", "clipped_surrogate", "kl_k3", "masked_mean",
-           "grpo_loss"]
+           "high_entropy_mask", "grpo_loss"]
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -62,10 +64,26 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, level: Literal["token", "se
     return per_seq.mean()
 
 
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, rho: float) -> torch.Tensor:
+    """[B, T] float mask: 1 on the masked tokens whose entropy reaches the (1 − rho) quantile of the masked
+    tokens' entropies, else 0. rho = 1 keeps every masked token."""
+    keep = mask.bool()
+    if rho >= 1.0 or not bool(keep.any()):
+        return keep.to(entropy.dtype)
+    threshold = torch.quantile(entropy[keep].float(), 1.0 - rho)
+    return (keep & (entropy >= threshold)).to(entropy.dtype)
+
+
 def grpo_loss(logp, old_logp, adv, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.28, kl_coef=0.0,
-              level: Literal["token", "sequence"] = "token") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The whole objective: surrogate + kl_coef · KL, averaged over masked tokens. Returns (loss, stats)."""
+              level: Literal["token", "sequence"] = "token",
+              pg_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The whole objective: surrogate + kl_coef · KL, averaged over masked tokens. Returns (loss, stats).
+
+    `pg_mask` (⊆ mask) keeps the surrogate on those tokens only (`high_entropy_mask`); the KL and the
+    averaging still cover every masked token, so leaving tokens out does not rescale the rest."""
     surrogate, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high)
+    if pg_mask is not None:
+        surrogate = surrogate * pg_mask
     loss = masked_mean(surrogate, mask, level)
     stats = {"clip_frac": masked_mean(clipped.to(logp.dtype), mask).detach()}
     if ref_logp is not None:
