@@ -175,4 +175,3 @@ def _name_part(piece: str, state: str) -> tuple[int, str]:
     if '"' not in piece:
         return 1, state
     return int(piece.index('"') > 0), "done"
-
