@@ -9,8 +9,10 @@ from conftest import TOY_ROLLOUT
 from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.models import load_policy
 from orchlib.reward import Reward
-from orchlib.rollout import RolloutConfig
+from orchlib.chat import TOOL_CALL
+from orchlib.rollout import RolloutConfig, rollout
 from orchlib.train import GRPOConfig, LoraSettings, Trainer
+from orchlib.train.loss import token_logprobs
 
 
 def test_golden_trajectories_sample_both_tools_and_sft_learns_the_format(toy_warm):
@@ -123,14 +125,10 @@ def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_calle
 def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_warm):
     # independent loss: -sum_i A_i * sum(log p of the ids spelling the called tool's name) / all sampled ids,
     # the name ids found by matching the tool name's own ids after the call's opening
-    from orchlib.chat import TOOL_CALL
-    from orchlib.train.loss import token_logprobs
-
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9,
                      policy_tokens="tool_names")
     model, tok = load_policy(toy_warm[0])
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
-    from orchlib.rollout import rollout
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5]
     grads = {}
