@@ -11,7 +11,7 @@ from orchlib.models import load_policy
 from orchlib.reward import Reward
 from orchlib.chat import TOOL_CALL
 from orchlib.rollout import RolloutConfig, rollout
-from orchlib.train import GRPOConfig, LoraSettings, Trainer
+from orchlib.train import GRPOConfig, LoraSettings, Trainer, golden_trajectories
 from orchlib.train.loss import token_logprobs
 
 
@@ -21,6 +21,17 @@ def test_golden_trajectories_sample_both_tools_and_sft_learns_the_format(toy_war
     assert 0.25 < chosen.count("right") / len(chosen) < 0.75  # the choice is left to RL
     assert all(t.finish_reason == "final_tool" and t.errors == {} for t in gold)
     assert report.losses[-1] < 0.1 * report.losses[0]
+
+
+def test_golden_trajectories_each_writes_every_alternative_once_per_task(tiny_policy):
+    tasks = toy_tasks(5)
+    gold = golden_trajectories(tasks, toy_toolbox(), tiny_policy[1], RolloutConfig(**TOY_ROLLOUT), per_task=2,
+                               alternatives="each")
+    pairs = sorted((t.task_id, t.turns[0].calls[0].name) for t in gold)
+    assert pairs == sorted((t.id, name) for t in tasks for name in ("right", "wrong") for _ in range(2))
+    assert all(t.finish_reason == "final_tool" and t.errors == {} for t in gold)
+    with pytest.raises(ValueError, match='"draw" or "each"'):
+        golden_trajectories(tasks, toy_toolbox(), tiny_policy[1], alternatives="all")
 
 
 def _mean(reports, key):

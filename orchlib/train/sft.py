@@ -5,7 +5,11 @@ task's golden calls and then its answer, so prompts, real tool observations, ids
 are exactly those RL will see. The loss is cross-entropy on mask-1 ids only (the same mask as RL).
 
 It must not teach the *choice* RL is meant to learn: where a task's golden data offers several valid
-call sequences (`Golden.alternatives`), one is drawn uniformly at random, whatever the task's P.
+call sequences (`Golden.alternatives`), one is drawn uniformly at random, whatever the task's P
+(`alternatives="draw"`), or every one is written (`alternatives="each"`). A draw made once per task is
+a label the policy can learn by heart over several epochs: the demo's tiny policy then left phase 2
+choosing the generalist with probability 0.9 on one seed and 0.06 on another. With every alternative
+written, the choice's target is uniform for each task, and it left at 0.50-0.54 on every test task.
 
 `sft_train` also takes plain `SFTExample(ids, mask)` pairs (e.g. short drills that teach a skill
 outside the orchestration format), a step budget instead of epochs, and an `until` check that ends
@@ -92,17 +96,26 @@ def golden_script(task: Task, rng: random.Random) -> list[str]:
 
 
 def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig = RolloutConfig(),
-                        seed: int = 0, per_task: int = 1) -> list[Trajectory]:
-    """Run each task's golden script through the real rollout (real tools, real accounting)."""
+                        seed: int = 0, per_task: int = 1,
+                        alternatives: Literal["draw", "each"] = "draw") -> list[Trajectory]:
+    """Run each task's golden script through the real rollout (real tools, real accounting).
+
+    `per_task` scripts per task, each drawing one of its alternatives ("draw"), or `per_task` of each
+    alternative in turn ("each": the choice's target is then uniform per task)."""
+    if alternatives not in ("draw", "each"):
+        raise ValueError(f'golden_trajectories: alternatives must be "draw" or "each", not {alternatives!r}')
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for task in tasks:
-        for _ in range(per_task):
-            script = golden_script(task, rng)
+        options = [task] if alternatives == "draw" or task.golden is None else [
+            task.model_copy(update={"golden": task.golden.model_copy(update={"calls": calls, "alternatives": []})})
+            for calls in [task.golden.calls] + list(task.golden.alternatives)]
+        for option in (o for o in options for _ in range(per_task)):
+            script = golden_script(option, rng)
             engine = ScriptedEngine(tokenizer, script)
             cfg = config.model_copy(update={"max_turns": max(config.max_turns, len(script)),
                                             "max_new_tokens": max(config.max_new_tokens, 512)})
-            out += rollout([task], toolbox, engine, cfg, group_size=1)
+            out += rollout([option], toolbox, engine, cfg, group_size=1)
     return out
 
 
