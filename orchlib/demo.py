@@ -2,12 +2,13 @@
 
     orchlib demo [--steps N] [--size tiny|small] [--seed S] [--out DIR] [--reading-drills]
 
-Build the default policy → SFT warm start on golden trajectories (format only: every valid tool is a
-golden alternative, drawn whatever P says), with `--reading-drills` also on preference-reading drills over
+Build the default policy → SFT warm start on golden trajectories (format only: every valid tool is
+written for each task, whatever P says), with `--reading-drills` also on preference-reading drills over
 a pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
 rewards/toolorchestra.yaml on train tasks, each drawn under both the "accuracy" and the "thrifty"
-profile → evaluate before and after training, and the baselines → table, metrics.json,
-trajectories.jsonl and a self-contained report.html.
+profile; the update pushes the called tool's name only and learns how the two profiles' advantages
+differ (`preference_contrast`, see docs/training.md) → evaluate before and after training, and the
+baselines → table, metrics.json, trajectories.jsonl and a self-contained report.html.
 
 The demo's slice of orchestra-mini: arithmetic (calculator or generalist) and GSM8K with real
 recorded answers (Mixtral or the generalist). Every tool's answer is final — the calculator's
@@ -22,7 +23,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -87,9 +88,15 @@ class DemoConfig(BaseModel):
                                                         "with only the 60 train questions, 25 % of turns on unseen "
                                                         "questions were malformed, against 2 % on seen ones")
     sft_learning_rate: float = Field(3e-3, gt=0, description="peak lr of phase 2 (cosine to 0)")
-    learning_rate: float = Field(5e-4, gt=0, description="GRPO lr; 1e-3 collapsed, 1e-4 was slow in tests")
+    learning_rate: float = Field(3e-4, gt=0, description="GRPO lr; with preference_contrast, 3e-4 separated the "
+                                                         "profiles further than 5e-4 and broke fewer copies")
     kl_coef: float = Field(0.05, ge=0, description="k3 KL to the warm start; without it the policy "
                                                    "collapsed onto one tool for every P")
+    policy_tokens: Literal["all", "tool_names"] = Field("tool_names", description="GRPOConfig.policy_tokens: "
+                                                        "the update pushes the tool names only; the warm start "
+                                                        "taught the rest")
+    preference_contrast: float = Field(1.0, ge=0, le=1, description="GRPOConfig.preference_contrast: the update "
+                                       "learns how the profiles differ; below 1 the shared part swamped P")
     tasks_per_step: int = Field(4, ge=1, description="each drawn under both profiles: 8 groups per step")
     group_size: int = Field(8, ge=2)
     eval_samples: int = Field(2, ge=1, description="sampled runs per test task and profile")
@@ -337,7 +344,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
                              check_every=50, desc="warm start 1/2: copy drills")
         phase1_copy = copy_accuracy(engine, gate)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
-    gold = golden_trajectories(train + extra, toolbox, tok, DEMO_ROLLOUT, seed=config.seed)
+    # every valid tool written for each task: a per-task draw is learned by heart and biases the choice
+    gold = golden_trajectories(train + extra, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
     gold += reading_drills(extra, config.reading_drills, tok, config.seed, reading_box)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
@@ -360,7 +368,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     t = time.perf_counter()
     grpo = GRPOConfig(seed=config.seed, learning_rate=config.learning_rate, kl_coef=config.kl_coef,
                       tasks_per_step=config.tasks_per_step, group_size=config.group_size,
-                      paired_profiles=DEMO_PROFILES, rollout=DEMO_ROLLOUT)
+                      paired_profiles=DEMO_PROFILES, rollout=DEMO_ROLLOUT, policy_tokens=config.policy_tokens,
+                      preference_contrast=config.preference_contrast)
     trainer = Trainer((model, tok), train, toolbox, reward, grpo, policy_source=f"default-{config.size}")
     _train(trainer, train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t

@@ -7,7 +7,7 @@ import math
 import torch
 
 from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, high_entropy_mask, keep_groups, kl_k3,
-                                masked_mean, token_logprobs)
+                                masked_mean, preference_contrast, token_logprobs)
 
 
 def test_token_logprobs_by_hand():
@@ -101,3 +101,26 @@ def test_pg_mask_restricts_the_surrogate_but_not_the_kl_or_the_average():
     kl = (0.5 + math.log(2) - 1) / 3  # only the first token differs from the reference
     assert math.isclose(loss.item(), -2.0 / 3 + 0.1 * kl, rel_tol=1e-5)
     assert math.isclose(stats["kl"].item(), kl, rel_tol=1e-5)
+
+
+def test_preference_contrast_takes_out_what_the_profiles_share_per_tool():
+    # task q under two profiles, task r under one. Tool g on q: group means 1 and 0 -> shared 0.5;
+    # tool c: -1 and 0 -> shared -0.5. Task r has no partner and is left as it is.
+    adv = torch.tensor([[1.0, -1.0, 1.0, -1.0], [0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
+    tasks = ["q", "q", "r"]
+    choices = [["g", "c", "g", "c"], ["g", "g", "c", "c"], ["g", "c", "c", "c"]]
+    full = preference_contrast(adv, tasks, choices)
+    assert torch.allclose(full, torch.tensor([[0.5, -0.5, 0.5, -0.5], [-0.5, -0.5, 0.5, 0.5], [2.0, 0.0, 0.0, 0.0]]))
+    half = preference_contrast(adv, tasks, choices, weight=0.5)
+    assert torch.allclose(half, torch.tensor([[0.75, -0.75, 0.75, -0.75], [-0.25, -0.25, 0.25, 0.25],
+                                              [2.0, 0.0, 0.0, 0.0]]))
+    assert torch.equal(preference_contrast(adv, tasks, choices, weight=0.0), adv)
+    assert torch.equal(adv[0], torch.tensor([1.0, -1.0, 1.0, -1.0]))  # the input is not changed
+
+
+def test_preference_contrast_counts_a_tool_missing_from_one_profile_as_zero_there():
+    # tool g only under the first profile (mean 0.6): shared 0.3, so 0.3 of its push is left;
+    # None (no call) only under the second (mean -1.2): shared -0.6
+    adv = torch.tensor([[0.6, 0.6], [-1.2, 0.4]])
+    got = preference_contrast(adv, ["q", "q"], [["g", "g"], [None, "c"]])
+    assert torch.allclose(got, torch.tensor([[0.3, 0.3], [-0.6, 0.2]]))

@@ -168,3 +168,39 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
     for n, g in grads.items():
         assert torch.allclose(g, want[n].grad, atol=1e-6, rtol=1e-4), n
     assert any(g.abs().sum() > 0 for g in grads.values())
+
+
+def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_warm):
+    # advantages recomputed from the report's rewards and first calls; a task's two groups are
+    # both in the update or both out, so a flat group still carries the other profile's contrast
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3,
+                     paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0)
+    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                      Reward.load("rewards/toolorchestra.yaml"), cfg)
+    G, moved = cfg.group_size, 0
+    for report in trainer.run(3, progress=False):
+        groups = [list(range(i, i + G)) for i in range(0, len(report.rewards), G)]
+        base = {}
+        for g in groups:
+            r = [report.rewards[i] for i in g]
+            mean = sum(r) / G
+            std = (sum((x - mean) ** 2 for x in r) / G) ** 0.5
+            for i in g:
+                base[i] = (report.rewards[i] - mean) / (std + 1e-6)
+        first = {i: ([c.name for turn in report.trajectories[i].turns for c in turn.calls] or [None])[0] for i in base}
+        for task in {report.trajectories[g[0]].task_id for g in groups}:
+            pair = [g for g in groups if report.trajectories[g[0]].task_id == task]
+            assert [report.trajectories[g[0]].preference["name"] for g in pair] == ["accuracy", "thrifty"]
+            for tool in {first[i] for g in pair for i in g}:
+                means = [[base[i] for i in g if first[i] == tool] for g in pair]
+                shared = sum(sum(m) / len(m) if m else 0.0 for m in means) / len(pair)
+                for g in pair:
+                    for i in (i for i in g if first[i] == tool):
+                        assert report.advantages[i] == pytest.approx(base[i] - shared, abs=1e-5)
+                        moved += abs(shared) > 1e-3
+    assert moved > 0  # some shared parts were really taken out
+
+
+def test_preference_contrast_needs_paired_profiles():
+    with pytest.raises(ValueError, match="paired_profiles"):
+        GRPOConfig(preference_contrast=1.0, paired_profiles=("accuracy",))

@@ -33,14 +33,14 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchlib.chat import call_name_mask
 from orchlib.engines.transformers import TransformersEngine
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
-from orchlib.train.loss import grpo_loss, group_advantages, high_entropy_mask, keep_groups
+from orchlib.train.loss import grpo_loss, group_advantages, high_entropy_mask, keep_groups, preference_contrast
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer"]
@@ -79,6 +79,10 @@ class GRPOConfig(BaseModel):
     top_entropy_quantile: float = Field(1.0, gt=0, le=1, description="rho: the policy-gradient term acts on "
                                         "the top rho share of each micro-batch's tokens by entropy (Wang et al., "
                                         "arXiv 2506.01939, use 0.2); the KL term on all. 1 keeps every token")
+    preference_contrast: float = Field(0.0, ge=0, le=1, description="with paired_profiles: the share of each "
+                                       "rollout's advantage that every profile shares for the tool it called first "
+                                       "on that task, taken out (loss.preference_contrast); 1 leaves only how the "
+                                       "profiles differ. A task's groups are kept or left out together")
     min_reward_spread: float | None = Field(1e-6, ge=0, description="groups whose reward std is at most this "
                                             "are left out of the update (the paper's filter); None keeps all")
     max_grad_norm: float = Field(1.0, gt=0)
@@ -91,6 +95,13 @@ class GRPOConfig(BaseModel):
     project_dir: str | None = Field(None, description="where trackers write (tensorboard needs it)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
 
+    @model_validator(mode="after")
+    def _contrast_needs_pairs(self) -> GRPOConfig:
+        if self.preference_contrast and len(self.paired_profiles) < 2:
+            raise ValueError("preference_contrast compares one task's groups under several profiles: "
+                             "it needs paired_profiles with at least two profiles")
+        return self
+
 
 @dataclass
 class StepReport:
@@ -101,6 +112,11 @@ class StepReport:
     trajectories: list[Trajectory] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
+
+
+def _first_tool(traj: Trajectory) -> str | None:
+    """The tool a rollout called first (None when it called none)."""
+    return next((c.name for turn in traj.turns for c in turn.calls), None)
 
 
 def _resolve_policy(policy) -> tuple[Any, Any, str]:
@@ -206,6 +222,12 @@ class Trainer:
             keep = torch.ones(len(local), dtype=torch.bool)
         else:
             keep = keep_groups(r, cfg.min_reward_spread) if len(local) else torch.zeros(0, dtype=torch.bool)
+        if cfg.preference_contrast and len(local):
+            # a group with no spread still carries the other profile's contrast: keep a task's groups together
+            ids = [t.id for t in local]
+            adv = preference_contrast(adv, ids, [[_first_tool(t) for t in g] for g in groups], cfg.preference_contrast)
+            kept = {i for i, k in zip(ids, keep.tolist()) if k}
+            keep = torch.tensor([i in kept for i in ids], dtype=torch.bool)
         t2 = time.perf_counter()
         upd = self._update([t for g, k in zip(groups, keep.tolist()) if k for t in g],
                            adv[keep].flatten().tolist())

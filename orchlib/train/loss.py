@@ -7,18 +7,21 @@
 - kl_k3: the k3 estimator exp(q − p) − (q − p) − 1 ≥ 0 of KL(π‖π_ref) (Schulman, "Approximating KL").
 - high_entropy_mask: the tokens whose entropy is in the top `rho` share of the batch's ("forking tokens",
   Wang et al., arXiv 2506.01939): the policy-gradient term can be restricted to them.
+- preference_contrast: for one task drawn under several preference profiles, takes out of each
+  rollout's advantage (a `weight` share of) the part every profile shares for the tool it chose, so
+  what is left says how the profiles differ.
 - masked_mean: token-level (all tokens of the batch count equally) or sequence-level (each sequence's
   mean, then the mean over sequences) averaging.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Hashable, Literal, Sequence
 
 import torch
 
 __all__ = ["token_logprobs", "group_advantages", "keep_groups", "clipped_surrogate", "kl_k3", "masked_mean",
-           "high_entropy_mask", "grpo_loss"]
+           "high_entropy_mask", "preference_contrast", "grpo_loss"]
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -33,6 +36,32 @@ def group_advantages(rewards: torch.Tensor, scale: Literal["std", "none"] = "std
     if scale == "none":
         return centred
     return centred / (rewards.std(dim=-1, keepdim=True, unbiased=False) + eps)
+
+
+def preference_contrast(adv: torch.Tensor, tasks: Sequence[Hashable], choices: Sequence[Sequence[Hashable]],
+                        weight: float = 1.0) -> torch.Tensor:
+    """adv [n_groups, G] → a copy in which, for the groups of one task (the same task under each profile),
+    every rollout that chose tool k loses `weight` x shared(k): the mean over those groups of the mean
+    advantage of their rollouts that chose k (0 for a group where no rollout chose k).
+
+    `tasks[g]` names group g's task, `choices[g][i]` rollout i's choice (e.g. its first call's tool).
+    Why: a tiny policy reads P only when the update's profile-independent part is small. With the
+    ToolOrchestra reward most of each step's push is shared (the calculator is exact on arithmetic under
+    every P), Adam scales its step to that part, and the part that differs between profiles stays three
+    decimals small (docs/training.md). With weight 1 the push a tool gets on a task sums to zero over
+    the profiles, so only the difference between them is learned. A task drawn under one profile only is
+    left as it is."""
+    out = adv.clone()
+    groups: dict[Hashable, list[int]] = {}
+    for g, task in enumerate(tasks):
+        groups.setdefault(task, []).append(g)
+    for rows in (r for r in groups.values() if len(r) > 1):
+        for tool in {c for g in rows for c in choices[g]}:
+            picked = [[i for i, c in enumerate(choices[g]) if c == tool] for g in rows]
+            shared = sum(float(adv[g, i].mean()) if i else 0.0 for g, i in zip(rows, picked)) / len(rows)
+            for g, i in zip(rows, picked):
+                out[g, i] -= weight * shared
+    return out
 
 
 def keep_groups(rewards: torch.Tensor, min_spread: float) -> torch.Tensor:

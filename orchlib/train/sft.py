@@ -10,7 +10,7 @@ call sequences (`Golden.alternatives`), one is drawn uniformly at random, whatev
 a label the policy can learn by heart over several epochs: after the demo's phase 2 its tiny policy
 sampled the generalist on 91 % of GSM8K questions on one seed and 6 % on another (first 10 GRPO steps,
 T = 0.7). With every alternative written, the choice's target is uniform for each task: p(generalist)
-was then 0.45-0.56 on every test task of both seeds (one forward pass each).
+was then 0.46-0.56 on every test task of both seeds (one forward pass each).
 
 `sft_train` also takes plain `SFTExample(ids, mask)` pairs (e.g. short drills that teach a skill
 outside the orchestration format), a step budget instead of epochs, and an `until` check that ends
