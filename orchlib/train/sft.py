@@ -96,6 +96,14 @@ def golden_script(task: Task, rng: random.Random) -> list[str]:
     return turns + [answer]
 
 
+def _each_alternative(task: Task) -> list[Task]:
+    """`task` once per golden call sequence, that sequence its only one (a task without golden data as is)."""
+    if task.golden is None:
+        return [task]
+    return [task.model_copy(update={"golden": task.golden.model_copy(update={"calls": calls, "alternatives": []})})
+            for calls in [task.golden.calls] + list(task.golden.alternatives)]
+
+
 def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig = RolloutConfig(),
                         seed: int = 0, per_task: int = 1,
                         alternatives: Literal["draw", "each"] = "draw") -> list[Trajectory]:
@@ -108,9 +116,7 @@ def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: Rollo
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for task in tasks:
-        options = [task] if alternatives == "draw" or task.golden is None else [
-            task.model_copy(update={"golden": task.golden.model_copy(update={"calls": calls, "alternatives": []})})
-            for calls in [task.golden.calls] + list(task.golden.alternatives)]
+        options = [task] if alternatives == "draw" else _each_alternative(task)
         for option in (o for o in options for _ in range(per_task)):
             script = golden_script(option, rng)
             engine = ScriptedEngine(tokenizer, script)
