@@ -75,11 +75,13 @@ def test_reported_numbers_match_the_saved_trajectories(demo):
         assert m["controllability_by_category"]["orchestrator"][cat] == pytest.approx(100 * (shares[0] - shares[1]))
         assert f"{cat} {100 * (shares[0] - shares[1]):.1f}" in demo.table
     rewards = [h["reward"] for h in demo.history]
-    assert m["reward_first10"] == pytest.approx(sum(rewards[:10]) / 10)
-    assert m["reward_last10"] == pytest.approx(sum(rewards[-10:]) / 10)
+    assert m["reward_in_group_first10"] == pytest.approx(sum(rewards[:10]) / 10)
+    assert m["reward_in_group_last10"] == pytest.approx(sum(rewards[-10:]) / 10)
     anchored = [h["reward_anchored"] for h in demo.history]
     assert len(anchored) == 12 and all(0.0 <= a <= 3.0 for a in anchored)  # at most outcome + cost + latency
-    assert m["reward_anchored_last10"] == pytest.approx(sum(anchored[-10:]) / 10)
+    assert m["reward_first10"] == pytest.approx(sum(anchored[:10]) / 10)
+    assert m["reward_last10"] == pytest.approx(sum(anchored[-10:]) / 10)
+    assert m["checks"]["reward_last10>first10"] == (m["reward_last10"] > m["reward_first10"])
     for prof in ("accuracy", "thrifty"):  # per profile, the groups that carried a signal, summed per step
         kept = [h[f"profile/{prof}/groups_kept"] for h in demo.history]
         assert m["groups_kept_per_step"][prof] == pytest.approx(sum(kept) / len(kept))

@@ -103,6 +103,22 @@ def test_pg_mask_restricts_the_surrogate_but_not_the_kl_or_the_average():
     assert math.isclose(stats["kl"].item(), kl, rel_tol=1e-5)
 
 
+def test_kl_mask_restricts_the_kl_term_but_not_its_logged_value_or_the_average():
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.5]]))
+    ref = torch.log(torch.tensor([[0.25, 0.125, 0.5]]))
+    mask = torch.ones(1, 3)
+    k1, k2 = 0.5 + math.log(2) - 1, 0.5 + math.log(2) - 1  # ref/p = 1/2 at the first two tokens
+    loss, stats = grpo_loss(logp, logp.clone(), torch.tensor([0.0]), mask, ref, kl_coef=0.1,
+                            kl_mask=torch.tensor([[0.0, 1.0, 1.0]]))  # the first token (a name) left out
+    assert math.isclose(loss.item(), 0.1 * k2 / 3, rel_tol=1e-5)
+    assert math.isclose(stats["kl"].item(), (k1 + k2) / 3, rel_tol=1e-5)
+    logp.requires_grad_(True)
+    loss, _ = grpo_loss(logp, logp.detach(), torch.tensor([0.0]), mask, ref, kl_coef=0.1,
+                        kl_mask=torch.tensor([[0.0, 1.0, 1.0]]))
+    loss.backward()
+    assert logp.grad[0, 0] == 0 and logp.grad[0, 1] != 0
+
+
 def test_preference_contrast_takes_out_what_the_profiles_share_per_tool():
     # task q under two profiles, task r under one. Tool g on q: group means 1 and 0 -> shared 0.5;
     # tool c: -1 and 0 -> shared -0.5. Task r has no partner and is left as it is.

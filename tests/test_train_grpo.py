@@ -11,7 +11,7 @@ from orchlib.models import load_policy
 from orchlib.reward import Reward
 from orchlib.chat import TOOL_CALL
 from orchlib.rollout import RolloutConfig, rollout
-from orchlib.train import GRPOConfig, LoraSettings, Trainer, golden_trajectories
+from orchlib.train import GRPOConfig, LoraSettings, Trainer, golden_trajectories, lr_factor
 from orchlib.train.loss import token_logprobs
 
 
@@ -204,3 +204,71 @@ def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_wa
 def test_preference_contrast_needs_paired_profiles():
     with pytest.raises(ValueError, match="paired_profiles"):
         GRPOConfig(preference_contrast=1.0, paired_profiles=("accuracy",))
+
+
+def test_lr_factor_warms_up_then_decays_linearly_to_zero():
+    assert [lr_factor(s, 0, None) for s in range(3)] == [1.0, 1.0, 1.0]
+    assert [lr_factor(s, 3, None) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    assert [lr_factor(s, 1, 4) for s in range(7)] == [0.5, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+
+
+def test_decay_steps_sets_the_lr_each_update_uses(toy_warm):
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), learning_rate=1e-3, decay_steps=4, seed=0,
+                     min_reward_spread=None)  # every group kept: every step is an optimizer step
+    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                      Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    lrs = [r.metrics["lr"] for r in trainer.run(5, progress=False)]
+    assert lrs == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0])
+    last = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.step()  # lr 0: AdamW (no weight decay) leaves the weights where they are
+    assert all(torch.equal(last[n], p) for n, p in trainer.model.named_parameters())
+    assert any(not torch.equal(before[n], last[n]) for n in before)
+
+
+def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy_warm):
+    # zero advantages: the gradient is the KL term's alone. Independent loss: kl_coef * sum of k3 over the
+    # sampled ids that do not spell a called tool's name / all sampled ids, against the unperturbed warm start
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.5, seed=3, max_grad_norm=1e9,
+                     kl_tokens="not_names")
+    model, tok = load_policy(toy_warm[0])
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # move the policy off its reference, so that the KL has a gradient
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
+    grads = {}
+    trainer.optimizer.step = lambda *a, **k: grads.update(
+        {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+    trainer._update(trajs, [0.0] * len(trajs))
+
+    check, ref = load_policy(toy_warm[0])[0].train(), load_policy(toy_warm[0])[0].eval()
+    with torch.no_grad():
+        for n, p in check.named_parameters():
+            p.copy_(moved[n])
+    n_sampled = sum(sum(t.mask[1:]) for t in trajs)
+    loss, n_kept = 0.0, 0
+    for t in trajs:
+        name_pos = set()
+        opens = [i for i, (x, m) in enumerate(zip(t.ids, t.mask)) if m and x == tok.convert_tokens_to_ids(TOOL_CALL)]
+        for at, name in zip(opens, [c.name for turn in t.turns for c in turn.calls]):
+            name_ids = tok.encode(name, add_special_tokens=False)
+            pos = next(i for i in range(at, len(t.ids)) if t.ids[i:i + len(name_ids)] == name_ids)
+            name_pos.update(range(pos, pos + len(name_ids)))
+        ids = torch.tensor([t.ids])
+        logp = token_logprobs(check(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
+        with torch.no_grad():
+            ref_logp = token_logprobs(ref(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
+        for i in range(1, len(t.ids)):
+            if t.mask[i] and i not in name_pos:
+                r = ref_logp[i - 1] - logp[i - 1]
+                loss = loss + torch.exp(r) - r - 1
+                n_kept += 1
+    (cfg.kl_coef * loss / n_sampled).backward()
+    assert 0 < n_kept < n_sampled  # names were left out, and only names
+    want = dict(check.named_parameters())
+    for n, g in grads.items():
+        assert torch.allclose(g, want[n].grad, atol=1e-6, rtol=1e-4), n
+    assert any(g.abs().sum() > 0 for g in grads.values())

@@ -43,7 +43,7 @@ from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
 from orchlib.train.loss import grpo_loss, group_advantages, high_entropy_mask, keep_groups, preference_contrast
 from orchlib.trajectory import Trajectory
 
-__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer"]
+__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor"]
 
 
 class LoraSettings(BaseModel):
@@ -76,6 +76,10 @@ class GRPOConfig(BaseModel):
         "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
                            "a called tool (the routing choice; the warm start taught the rest); the KL term "
                            "covers every sampled id either way")
+    kl_tokens: Literal["all", "not_names"] = Field(
+        "all", description="where the KL term acts: every sampled id, or every id but those naming a called tool "
+                           "(with policy_tokens='tool_names': the choice moves freely, the rest is held to the "
+                           "starting policy)")
     top_entropy_quantile: float = Field(1.0, gt=0, le=1, description="rho: the policy-gradient term acts on "
                                         "the top rho share of each micro-batch's tokens by entropy (Wang et al., "
                                         "arXiv 2506.01939, use 0.2); the KL term on all. 1 keeps every token")
@@ -88,6 +92,8 @@ class GRPOConfig(BaseModel):
     max_grad_norm: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
+    decay_steps: int | None = Field(None, ge=1, description="after warm-up the lr falls linearly to 0 over this "
+                                    "many steps (TRL's default shape); None keeps it constant")
     lora: LoraSettings | None = Field(None, description="None = full fine-tuning")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 where the "
                                                                    "GPU has it, else fp32")
@@ -112,6 +118,16 @@ class StepReport:
     trajectories: list[Trajectory] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
+
+
+def lr_factor(step: int, warmup: int, decay: int | None) -> float:
+    """The lr multiplier at optimizer step `step` (0-based): linear warm-up over `warmup` steps, then
+    constant, or with `decay` falling linearly to 0 over the next `decay` steps (and staying there)."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if decay is None:
+        return 1.0
+    return max(0.0, 1.0 - (step - warmup) / decay)
 
 
 def _first_tool(traj: Trajectory) -> str | None:
@@ -174,8 +190,8 @@ class Trainer:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(self.accelerator.device)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-        warm = config.warmup_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: lr_factor(s, config.warmup_steps, config.decay_steps))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self._can_skip_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
@@ -229,6 +245,7 @@ class Trainer:
             kept = {i for i, k in zip(ids, keep.tolist()) if k}
             keep = torch.tensor([i in kept for i in ids], dtype=torch.bool)
         t2 = time.perf_counter()
+        lr = self.scheduler.get_last_lr()[0]  # the lr this step's update uses
         upd = self._update([t for g, k in zip(groups, keep.tolist()) if k for t in g],
                            adv[keep].flatten().tolist())
         t3 = time.perf_counter()
@@ -238,7 +255,7 @@ class Trainer:
         if acc.num_processes > 1:  # the step lasts as long as its slowest process
             times = {k: max(d[k] for d in _gather_dicts(times)) for k in times}
         metrics.update(times)
-        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        metrics["lr"] = lr
         self.history.append(metrics)
         if cfg.log_with:
             acc.log(metrics, step=self.step_count)
@@ -333,11 +350,15 @@ class Trainer:
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
         pg_mask = high_entropy_mask(ent, mask, cfg.top_entropy_quantile) if cfg.top_entropy_quantile < 1 else None
-        if cfg.policy_tokens == "tool_names":
+        kl_mask = None
+        if cfg.policy_tokens == "tool_names" or cfg.kl_tokens == "not_names":
             names = self._name_mask(trajs, width)[:, 1:][:, start:].to(dev)
-            pg_mask = names * (pg_mask if pg_mask is not None else 1.0)
+            if cfg.policy_tokens == "tool_names":
+                pg_mask = names * (pg_mask if pg_mask is not None else 1.0)
+            if cfg.kl_tokens == "not_names":
+                kl_mask = mask * (1.0 - names)
         loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                            kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask)
+                            kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask, kl_mask=kl_mask)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
             stats = {"loss": loss.item() * weight,

@@ -105,19 +105,22 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, rho: float) -> 
 
 def grpo_loss(logp, old_logp, adv, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.28, kl_coef=0.0,
               level: Literal["token", "sequence"] = "token",
-              pg_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+              pg_mask: torch.Tensor | None = None,
+              kl_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The whole objective: surrogate + kl_coef · KL, averaged over masked tokens. Returns (loss, stats).
 
-    `pg_mask` (⊆ mask) keeps the surrogate on those tokens only (`high_entropy_mask`); the KL and the
-    averaging still cover every masked token, so leaving tokens out does not rescale the rest."""
+    `pg_mask` (⊆ mask) keeps the surrogate on those tokens only (`high_entropy_mask`), and `kl_mask`
+    (⊆ mask) the KL term; the averaging still covers every masked token, so leaving tokens out of
+    either term does not rescale the rest. stats["kl"] is over every masked token either way."""
     surrogate, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high)
     if pg_mask is not None:
         surrogate = surrogate * pg_mask
     loss = masked_mean(surrogate, mask, level)
     stats = {"clip_frac": masked_mean(clipped.to(logp.dtype), mask).detach()}
     if ref_logp is not None:
-        kl = masked_mean(kl_k3(logp, ref_logp), mask, level)
+        k3 = kl_k3(logp, ref_logp)
+        kl = masked_mean(k3, mask, level)
         stats["kl"] = kl.detach()
         if kl_coef:
-            loss = loss + kl_coef * kl
+            loss = loss + kl_coef * (kl if kl_mask is None else masked_mean(k3 * kl_mask, mask, level))
     return loss, stats
