@@ -74,8 +74,8 @@ class GRPOConfig(BaseModel):
     loss_level: Literal["token", "sequence"] = Field("token", description="how token losses are averaged")
     policy_tokens: Literal["all", "tool_names"] = Field(
         "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
-                           "a called tool (the routing choice; the warm start taught the rest); the KL term "
-                           "covers every sampled id either way")
+                           "a called tool (the routing choice; the warm start taught the rest); where the KL "
+                           "term acts is kl_tokens")
     kl_tokens: Literal["all", "not_names"] = Field(
         "all", description="where the KL term acts: every sampled id, or every id but those naming a called tool "
                            "(with policy_tokens='tool_names': the choice moves freely, the rest is held to the "
