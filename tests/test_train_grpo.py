@@ -133,6 +133,20 @@ def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_calle
     assert compared > 0  # some of the means compared were real pushes, not only zeros
 
 
+def _name_spans(traj, tok) -> list[range]:
+    """Positions in traj.ids of each called tool's name: its own ids, found after each sampled
+    <tool_call> (independent of chat.call_name_mask)."""
+    opens = [i for i, (x, m) in enumerate(zip(traj.ids, traj.mask)) if m and x == tok.convert_tokens_to_ids(TOOL_CALL)]
+    names = [c.name for turn in traj.turns for c in turn.calls]
+    assert len(opens) == len(names)
+    spans = []
+    for at, name in zip(opens, names):
+        name_ids = tok.encode(name, add_special_tokens=False)
+        pos = next(i for i in range(at, len(traj.ids)) if traj.ids[i:i + len(name_ids)] == name_ids)
+        spans.append(range(pos, pos + len(name_ids)))
+    return spans
+
+
 def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_warm):
     # independent loss: -sum_i A_i * sum(log p of the ids spelling the called tool's name) / all sampled ids,
     # the name ids found by matching the tool name's own ids after the call's opening
@@ -151,16 +165,11 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, n_names = 0.0, 0
     for t, a in zip(trajs, adv):
-        opens = [i for i, (x, m) in enumerate(zip(t.ids, t.mask)) if m and x == tok.convert_tokens_to_ids(TOOL_CALL)]
-        names = [c.name for turn in t.turns for c in turn.calls]
-        assert len(opens) == len(names)
         ids = torch.tensor([t.ids])
         logp = token_logprobs(check(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
-        for at, name in zip(opens, names):
-            name_ids = tok.encode(name, add_special_tokens=False)
-            pos = next(i for i in range(at, len(t.ids)) if t.ids[i:i + len(name_ids)] == name_ids)
-            loss = loss - a * logp[pos - 1:pos - 1 + len(name_ids)].sum()
-            n_names += len(name_ids)
+        for span in _name_spans(t, tok):
+            loss = loss - a * logp[span.start - 1:span.stop - 1].sum()
+            n_names += len(span)
     (loss / n_sampled).backward()
     assert n_names >= len(trajs)
     want = dict(check.named_parameters())
@@ -251,12 +260,7 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, n_kept = 0.0, 0
     for t in trajs:
-        name_pos = set()
-        opens = [i for i, (x, m) in enumerate(zip(t.ids, t.mask)) if m and x == tok.convert_tokens_to_ids(TOOL_CALL)]
-        for at, name in zip(opens, [c.name for turn in t.turns for c in turn.calls]):
-            name_ids = tok.encode(name, add_special_tokens=False)
-            pos = next(i for i in range(at, len(t.ids)) if t.ids[i:i + len(name_ids)] == name_ids)
-            name_pos.update(range(pos, pos + len(name_ids)))
+        name_pos = {i for span in _name_spans(t, tok) for i in span}
         ids = torch.tensor([t.ids])
         logp = token_logprobs(check(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
         with torch.no_grad():
