@@ -105,6 +105,12 @@ class DemoConfig(BaseModel):
                                                         "taught the rest")
     preference_contrast: float = Field(1.0, ge=0, le=1, description="GRPOConfig.preference_contrast: the update "
                                        "learns how the profiles differ; below 1 the shared part swamped P")
+    choice_gradient: Literal["sampled", "expected"] = Field("expected", description="GRPOConfig.choice_gradient: "
+                                                            "at the tool's name, the expectation over the tools a "
+                                                            "group tried instead of the one sampled; sampled, the "
+                                                            "draw's noise moved both profiles' choice at random")
+    balance_categories: bool = Field(False, description="GRPOConfig.balance_categories: each step's tasks drawn "
+                                                        "evenly from arithmetic and GSM8K")
     advantage_scale: Literal["std", "none"] = Field("none", description="GRPOConfig.advantage_scale: mean-only "
                                                     "advantages; with std scaling a rare error in a group that "
                                                     "nearly agrees became -2.6 and turned the contrast around")
@@ -381,7 +387,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
                       tasks_per_step=config.tasks_per_step, group_size=config.group_size,
                       paired_profiles=DEMO_PROFILES, rollout=DEMO_ROLLOUT, policy_tokens=config.policy_tokens,
                       preference_contrast=config.preference_contrast, advantage_scale=config.advantage_scale,
-                      kl_tokens=config.kl_tokens,
+                      kl_tokens=config.kl_tokens, choice_gradient=config.choice_gradient,
+                      balance_categories=config.balance_categories,
                       decay_steps=config.steps if config.lr_decay and config.steps else None)
     trainer = Trainer((model, tok), train, toolbox, reward, grpo, policy_source=f"default-{config.size}")
     _train(trainer, train, toolbox, tok, reward, config, progress)

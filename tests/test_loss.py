@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, high_entropy_mask, keep_groups, kl_k3,
-                                masked_mean, preference_contrast, token_logprobs)
+from orchlib.train.loss import (clipped_surrogate, expected_choice, group_advantages, grpo_loss, high_entropy_mask,
+                                keep_groups, kl_k3, masked_mean, preference_contrast, token_logprobs, tool_values)
 
 
 def test_token_logprobs_by_hand():
@@ -140,3 +140,33 @@ def test_preference_contrast_counts_a_tool_missing_from_one_profile_as_zero_ther
     adv = torch.tensor([[0.6, 0.6], [-1.2, 0.4]])
     got = preference_contrast(adv, ["q", "q"], [["g", "g"], [None, "c"]])
     assert torch.allclose(got, torch.tensor([[0.3, 0.3], [-0.6, 0.2]]))
+
+
+def test_tool_values_are_each_tools_mean_advantage_in_the_group():
+    got = tool_values([0.5, -0.25, 0.25, -1.0, 2.0], ["g", "c", "g", None, "c"])
+    assert got == {"g": 0.375, "c": 0.875}  # None (no call) has no value
+
+
+def test_expected_choice_has_the_expected_sampled_gradient():
+    # the gradient of -sum_t p_t A_t equals E_t~p[-A_t grad log p_t] = -sum_t p_t A_t grad log p_t,
+    # computed here from the softmax's Jacobian written out by hand
+    logits = torch.tensor([0.3, -1.2, 0.8, 0.1], requires_grad=True)
+    ids, values = torch.tensor([[0, 2]]), torch.tensor([[0.6, -0.4]])
+    loss = expected_choice(torch.log_softmax(logits, -1)[None], ids, values)
+    loss.sum().backward()
+    p = torch.softmax(logits.detach(), -1)
+    want = torch.zeros(4)
+    for t, a in ((0, 0.6), (2, -0.4)):
+        grad_logp = -p.clone()
+        grad_logp[t] += 1.0  # d log p_t / d logits = onehot(t) - p
+        want -= p[t] * a * grad_logp
+    assert torch.allclose(logits.grad, want, atol=1e-6)
+    assert math.isclose(loss.item(), -(p[0] * 0.6 - p[2] * 0.4).item(), rel_tol=1e-6)
+
+
+def test_choice_loss_replaces_the_surrogate_where_pg_mask_leaves_it_out():
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.5]]))
+    choice = torch.tensor([[-0.3, 0.0, 0.0]])
+    loss, _ = grpo_loss(logp, logp.clone(), torch.tensor([2.0]), torch.ones(1, 3), pg_mask=torch.tensor([[0.0, 1.0, 1.0]]),
+                        choice_loss=choice)
+    assert math.isclose(loss.item(), (-0.3 - 2.0 - 2.0) / 3, rel_tol=1e-6)

@@ -181,13 +181,14 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
 
 def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_warm):
     # advantages recomputed from the report's rewards and first calls; a task's two groups are
-    # both in the update or both out, so a flat group still carries the other profile's contrast
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3,
+    # both in the update or both out, so a flat group still carries the other profile's contrast.
+    # T = 2: the warm start may choose one tool nearly always, and flat groups leave nothing to take out
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT, temperature=2.0), kl_coef=0.0, seed=2, tasks_per_step=3,
                      paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.load("rewards/toolorchestra.yaml"), cfg)
     G, moved = cfg.group_size, 0
-    for report in trainer.run(3, progress=False):
+    for report in trainer.run(8, progress=False):
         groups = [list(range(i, i + G)) for i in range(0, len(report.rewards), G)]
         base = {}
         for g in groups:
@@ -276,3 +277,61 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     for n, g in grads.items():
         assert torch.allclose(g, want[n].grad, atol=1e-6, rtol=1e-4), n
     assert any(g.abs().sum() > 0 for g in grads.values())
+
+
+def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choice(toy_warm):
+    # independent loss: at the first id of each rollout's first call name, -sum_t p(t) * v(t), v(t) the
+    # mean advantage of its group's rollouts that called t first and p(t) the softmax at that position
+    # of tool t's own first id; every other name id keeps -A * log p; all over the sampled ids
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9,
+                     policy_tokens="tool_names", choice_gradient="expected")
+    model, tok = load_policy(toy_warm[0])
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=4)
+    adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5, -0.75, 0.3]
+    groups = [(trajs[:4], adv[:4]), (trajs[4:], adv[4:])]
+    choices = [c for g, a in groups for c in trainer._choices(g, a)]
+    grads = {}
+    trainer.optimizer.step = lambda *a, **k: grads.update(
+        {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+    trainer._update(trajs, adv, choices)
+
+    check = load_policy(toy_warm[0])[0].train()
+    n_sampled = sum(sum(t.mask[1:]) for t in trajs)
+    loss, two_tools = 0.0, 0
+    for g, a in groups:
+        first = [[c.name for turn in t.turns for c in turn.calls][0] for t in g]
+        values = {n: sum(x for x, f in zip(a, first) if f == n) / first.count(n) for n in set(first)}
+        two_tools += len(values) > 1
+        for t, x in zip(g, a):
+            ids = torch.tensor([t.ids])
+            logits = check(input_ids=ids).logits[0, :-1] / cfg.rollout.temperature
+            logp = token_logprobs(logits[None], ids[:, 1:])[0]
+            spans = _name_spans(t, tok)
+            at = spans[0].start - 1  # the position that predicts the first name's first id
+            p = torch.softmax(logits[at], -1)
+            loss = loss - sum(p[tok.encode(n, add_special_tokens=False)[0]] * v for n, v in values.items())
+            for span in spans:
+                for i in span:
+                    if i - 1 != at:
+                        loss = loss - x * logp[i - 1]
+    (loss / n_sampled).backward()
+    assert two_tools > 0 and all(c is not None for c in choices)
+    want = dict(check.named_parameters())
+    for n, g in grads.items():
+        assert torch.allclose(g, want[n].grad, atol=1e-6, rtol=1e-4), n
+    assert set(grads) == set(want) and any(g.abs().sum() > 0 for g in grads.values())
+
+
+def test_balance_categories_draws_every_category_evenly_each_step(toy_warm):
+    tasks = [t.model_copy(update={"id": f"{t.id}-{i}", "category": c}) for i, t in enumerate(toy_tasks(12))
+             for c in ["a" if i < 9 else "b"]]  # 9 of one category, 3 of the other
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), tasks_per_step=5, balance_categories=True, seed=1)
+    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    for _ in range(20):
+        drawn = trainer._draw_tasks()
+        cats = sorted(t.category for t in drawn)
+        assert len({t.id for t in drawn}) == 5 and cats.count("a") >= 2 and cats.count("b") >= 2
+    plain = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), Reward.from_string("name: a\nreward: outcome"),
+                    cfg.model_copy(update={"balance_categories": False}))
+    assert any(sum(t.category == "b" for t in plain._draw_tasks()) < 2 for _ in range(20))  # a plain draw is not

@@ -40,7 +40,8 @@ from orchlib.engines.transformers import TransformersEngine
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
-from orchlib.train.loss import grpo_loss, group_advantages, high_entropy_mask, keep_groups, preference_contrast
+from orchlib.train.loss import (expected_choice, grpo_loss, group_advantages, high_entropy_mask, keep_groups,
+                                preference_contrast, tool_values)
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor"]
@@ -64,6 +65,9 @@ class GRPOConfig(BaseModel):
     learning_rate: float = Field(5e-4, gt=0, description="tiny policy; the paper's 8B run used 1e-6")
     tasks_per_step: int = Field(4, ge=1, description="the paper: 16 tasks per batch")
     group_size: int = Field(8, ge=2, description="rollouts per task; the paper: 8")
+    balance_categories: bool = Field(False, description="draw each step's tasks evenly from every task category "
+                                     "(the rest at random): a step's update then sees every kind of task, not a "
+                                     "draw that happens to hold one")
     paired_profiles: tuple[str, ...] = Field((), description="repeat each drawn task under each of these "
                                              "preference profiles (contrast in one batch speeds up learning P)")
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward")
@@ -80,6 +84,12 @@ class GRPOConfig(BaseModel):
         "all", description="where the KL term acts: every sampled id, or every id but those naming a called tool "
                            "(with policy_tokens='tool_names': the choice moves freely, the rest is held to the "
                            "starting policy)")
+    choice_gradient: Literal["sampled", "expected"] = Field(
+        "sampled", description="the policy-gradient term at the id naming the first call's tool: the sampled "
+                               "-A grad log pi(a), or its exact expectation over the tools the group tried, "
+                               "-sum_t pi(t) A(t) with A(t) the mean advantage of the group's rollouts that "
+                               "called t first (loss.expected_choice). Same direction on average; without "
+                               "the noise of the draw, which otherwise moves every profile's choice at random")
     top_entropy_quantile: float = Field(1.0, gt=0, le=1, description="rho: the policy-gradient term acts on "
                                         "the top rho share of each micro-batch's tokens by entropy (Wang et al., "
                                         "arXiv 2506.01939, use 0.2); the KL term on all. 1 keeps every token")
@@ -212,7 +222,10 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     def _draw_tasks(self) -> list[Task]:
         k = min(self.config.tasks_per_step, len(self.tasks))
-        drawn = self.rng.sample(self.tasks, k)
+        if self.config.balance_categories:
+            drawn = _balanced_draw(self.rng, self.tasks, k)
+        else:
+            drawn = self.rng.sample(self.tasks, k)
         if self.config.paired_profiles:
             from orchlib.tasks import PROFILES
 
@@ -246,8 +259,11 @@ class Trainer:
             keep = torch.tensor([i in kept for i in ids], dtype=torch.bool)
         t2 = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]  # the lr this step's update uses
-        upd = self._update([t for g, k in zip(groups, keep.tolist()) if k for t in g],
-                           adv[keep].flatten().tolist())
+        kept_groups = [(g, a) for g, a, k in zip(groups, adv.tolist(), keep.tolist()) if k]
+        choices = None
+        if cfg.choice_gradient == "expected":
+            choices = [c for g, a in kept_groups for c in self._choices(g, a)]
+        upd = self._update([t for g, _ in kept_groups for t in g], [x for _, a in kept_groups for x in a], choices)
         t3 = time.perf_counter()
         self.step_count += 1
         metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
@@ -289,8 +305,30 @@ class Trainer:
             sums = _sum_dicts(_gather_dicts(dict(sums)))
         return {k: sums[k] / max(sums["_n/" + k], 1.0) for k in sums if not k.startswith("_n/")}
 
-    def _update(self, trajs: list[Trajectory], advantages: list[float]) -> dict[str, float]:
-        """One optimiser step over the kept trajectories (micro-batched); all processes take part."""
+    def _choices(self, group: list[Trajectory], adv: list[float]) -> list[tuple[int, list[int], list[float]] | None]:
+        """Per rollout of one group: (position of the id naming its first call's tool, each tried tool's
+        id there, each one's value from `tool_values`), or None where the sampled term stays: no call,
+        a name that is not a tried tool's, or two tools whose names start with the same id."""
+        firsts = [_first_tool(t) for t in group]
+        values = tool_values(adv, firsts)
+        spots: list[tuple[int, int] | None] = []
+        name_ids: dict[str, int] = {}
+        for t, tool in zip(group, firsts):
+            pos = next((i for i, m in enumerate(call_name_mask(t.ids, t.mask, self.tokenizer)) if m), None)
+            ok = pos is not None and tool is not None and tool.startswith(self.tokenizer.decode([t.ids[pos]]))
+            spots.append((pos, t.ids[pos]) if ok else None)
+            if ok:
+                name_ids.setdefault(tool, t.ids[pos])
+        if len(set(name_ids.values())) < len(name_ids):
+            return [None] * len(group)
+        tools = [tool for tool in values if tool in name_ids]
+        ids, vals = [name_ids[tool] for tool in tools], [values[tool] for tool in tools]
+        return [(s[0], ids, vals) if s is not None and s[1] in ids else None for s in spots]
+
+    def _update(self, trajs: list[Trajectory], advantages: list[float],
+                choices: list | None = None) -> dict[str, float]:
+        """One optimiser step over the kept trajectories (micro-batched); all processes take part.
+        `choices`: per trajectory, `_choices`' entry (choice_gradient="expected"), else None."""
         acc, cfg = self.accelerator, self.config
         n_tok = sum(sum(t.mask[1:]) for t in trajs)
         totals = acc.gather(torch.tensor([len(trajs), n_tok], device=acc.device).reshape(1, 2)).sum(0)
@@ -305,7 +343,8 @@ class Trainer:
             last = bi == len(batches) - 1
             ctx = acc.no_sync(self.model) if not last else contextlib.nullcontext()
             with ctx:
-                loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx], denom)
+                loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx], denom,
+                                           [choices[i] for i in idx] if choices else None)
                 acc.backward(loss)
             for k, v in s.items():
                 stats[k] += v
@@ -319,7 +358,7 @@ class Trainer:
         out["grad_norm"] = float(grad_norm)
         return out
 
-    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int):
+    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int, choices=None):
         """Loss of one micro-batch, weighted so the sum over micro-batches is the batch mean."""
         cfg, dev = self.config, self.accelerator.device
         if not trajs:  # this process kept nothing: a zero loss that still touches every parameter (DDP)
@@ -357,8 +396,20 @@ class Trainer:
                 pg_mask = names * (pg_mask if pg_mask is not None else 1.0)
             if cfg.kl_tokens == "not_names":
                 kl_mask = mask * (1.0 - names)
+        choice_loss = None
+        if choices and any(c is not None for c in choices):
+            choice_loss = torch.zeros_like(logp)
+            pg_mask = (pg_mask if pg_mask is not None else mask).clone()
+            for i, c in enumerate(choices):
+                if c is None:
+                    continue
+                k = c[0] - start - 1  # logp[:, k] is the log-prob of ids[:, start + 1 + k]
+                pg_mask[i, k] = 0.0
+                choice_loss[i, k] = expected_choice(logp_all[i, k][None], torch.tensor([c[1]], device=dev),
+                                                    torch.tensor([c[2]], dtype=torch.float32, device=dev))[0]
         loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                            kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask, kl_mask=kl_mask)
+                            kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask, kl_mask=kl_mask,
+                            choice_loss=choice_loss)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
             stats = {"loss": loss.item() * weight,
@@ -468,6 +519,17 @@ class Trainer:
         trainer.rng.setstate(pickle.loads((ckpt / "sampler_rng.pkl").read_bytes()))
         trainer.step_count, trainer.history = state["step"], state["history"]
         return trainer
+
+
+def _balanced_draw(rng: random.Random, tasks: list[Task], k: int) -> list[Task]:
+    """`k` distinct tasks, k // n from each of the n categories (as many as a small one has), the rest
+    drawn at random from what is left."""
+    by_cat: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_cat.setdefault(t.category, []).append(t)
+    drawn = [t for cat in sorted(by_cat) for t in rng.sample(by_cat[cat], min(k // len(by_cat), len(by_cat[cat])))]
+    chosen = {id(t) for t in drawn}
+    return drawn + rng.sample([t for t in tasks if id(t) not in chosen], k - len(drawn))
 
 
 def _gather_dicts(d: dict[str, float]) -> list[dict[str, float]]:

@@ -10,6 +10,9 @@
 - preference_contrast: for one task drawn under several preference profiles, takes out of each
   rollout's advantage (a `weight` share of) the part every profile shares for the tool it chose, so
   what is left says how the profiles differ.
+- tool_values / expected_choice: the policy-gradient term at the id that names the chosen tool, taken as
+  its exact expectation over the tools the group tried, -sum_t pi(t|s) A(t) (Mean Actor-Critic, Asadi
+  et al., arXiv 1709.00503), so which tool a rollout happened to sample adds no noise.
 - masked_mean: token-level (all tokens of the batch count equally) or sequence-level (each sequence's
   mean, then the mean over sequences) averaging.
 """
@@ -21,7 +24,7 @@ from typing import Hashable, Literal, Sequence
 import torch
 
 __all__ = ["token_logprobs", "group_advantages", "keep_groups", "clipped_surrogate", "kl_k3", "masked_mean",
-           "high_entropy_mask", "preference_contrast", "grpo_loss"]
+           "high_entropy_mask", "preference_contrast", "tool_values", "expected_choice", "grpo_loss"]
 
 
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -62,6 +65,31 @@ def preference_contrast(adv: torch.Tensor, tasks: Sequence[Hashable], choices: S
             for g, i in zip(rows, picked):
                 out[g, i] -= weight * shared
     return out
+
+
+def tool_values(adv: Sequence[float], choices: Sequence[Hashable]) -> dict[Hashable, float]:
+    """One group: tool -> mean advantage of the rollouts that chose it (rollouts that chose none, None,
+    are left out). A tool no rollout tried has no entry: its value is unknown, and taking it as the
+    baseline (0 for centred advantages) is what `expected_choice` does by leaving it out."""
+    sums: dict[Hashable, float] = {}
+    counts: dict[Hashable, int] = {}
+    for a, c in zip(adv, choices):
+        if c is not None:
+            sums[c] = sums.get(c, 0.0) + float(a)
+            counts[c] = counts.get(c, 0) + 1
+    return {c: sums[c] / counts[c] for c in sums}
+
+
+def expected_choice(logp: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """logp [N, V] (log-probs where a tool is named), ids [N, K] (each candidate tool's id there),
+    values [N, K] (each one's advantage) -> [N] loss -sum_k pi(ids_k) values_k.
+
+    Its gradient is the expectation, over the choice, of the sampled term's -A grad log pi(a): the
+    same direction on average, without the noise of which tool this rollout drew. With one optimiser
+    step per batch of rollouts, the sampled term's ratio is 1, so no clipping is lost. (A softmax over
+    the candidates alone was tried too: seed 0 of the demo then did not separate the profiles.)"""
+    probs = logp.gather(-1, ids).exp()
+    return -(probs * values).sum(-1)
 
 
 def keep_groups(rewards: torch.Tensor, min_spread: float) -> torch.Tensor:
@@ -106,15 +134,20 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, rho: float) -> 
 def grpo_loss(logp, old_logp, adv, mask, ref_logp=None, *, clip_low=0.2, clip_high=0.28, kl_coef=0.0,
               level: Literal["token", "sequence"] = "token",
               pg_mask: torch.Tensor | None = None,
-              kl_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+              kl_mask: torch.Tensor | None = None,
+              choice_loss: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The whole objective: surrogate + kl_coef · KL, averaged over masked tokens. Returns (loss, stats).
 
     `pg_mask` (⊆ mask) keeps the surrogate on those tokens only (`high_entropy_mask`), and `kl_mask`
     (⊆ mask) the KL term; the averaging still covers every masked token, so leaving tokens out of
-    either term does not rescale the rest. stats["kl"] is over every masked token either way."""
+    either term does not rescale the rest. stats["kl"] is over every masked token either way.
+    `choice_loss` [B, T] is added to the (masked) surrogate before averaging: `expected_choice`'s term
+    at the ids where a tool is named, which pg_mask then leaves out."""
     surrogate, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high)
     if pg_mask is not None:
         surrogate = surrogate * pg_mask
+    if choice_loss is not None:
+        surrogate = surrogate + choice_loss
     loss = masked_mean(surrogate, mask, level)
     stats = {"clip_frac": masked_mean(clipped.to(logp.dtype), mask).detach()}
     if ref_logp is not None:
