@@ -6,7 +6,8 @@ Build the default policy → SFT warm start on golden trajectories (format only:
 written for each task, whatever P says), with `--reading-drills` also on preference-reading drills over
 a pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
 rewards/toolorchestra.yaml on train tasks, each drawn under both the "accuracy" and the "thrifty"
-profile; the update pushes the called tool's name only, learns how the two profiles' advantages
+profile; the update pushes the called tool's name only (by its expectation over the tools a group
+tried, `choice_gradient`), learns how the two profiles' advantages
 differ (`preference_contrast`), holds every other id to the warm start with the KL term, and lets
 its lr fall to 0 (see docs/training.md) → evaluate before and after training, and the
 baselines → table, metrics.json, trajectories.jsonl and a self-contained report.html.

@@ -167,6 +167,7 @@ def test_expected_choice_has_the_expected_sampled_gradient():
 def test_choice_loss_replaces_the_surrogate_where_pg_mask_leaves_it_out():
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5]]))
     choice = torch.tensor([[-0.3, 0.0, 0.0]])
-    loss, _ = grpo_loss(logp, logp.clone(), torch.tensor([2.0]), torch.ones(1, 3), pg_mask=torch.tensor([[0.0, 1.0, 1.0]]),
+    loss, _ = grpo_loss(logp, logp.clone(), torch.tensor([2.0]), torch.ones(1, 3),
+                        pg_mask=torch.tensor([[0.0, 1.0, 1.0]]),
                         choice_loss=choice)
     assert math.isclose(loss.item(), (-0.3 - 2.0 - 2.0) / 3, rel_tol=1e-6)

@@ -327,7 +327,8 @@ def test_balance_categories_draws_every_category_evenly_each_step(toy_warm):
     tasks = [t.model_copy(update={"id": f"{t.id}-{i}", "category": c}) for i, t in enumerate(toy_tasks(12))
              for c in ["a" if i < 9 else "b"]]  # 9 of one category, 3 of the other
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), tasks_per_step=5, balance_categories=True, seed=1)
-    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    reward = Reward.from_string("name: a\nreward: outcome")
+    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), reward, cfg)
     for _ in range(20):
         drawn = trainer._draw_tasks()
         cats = sorted(t.category for t in drawn)
