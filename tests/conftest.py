@@ -42,7 +42,9 @@ def toy_warm(policy_cache, tmp_path_factory):
 
     build_default_policy("tiny", cache=policy_cache)
     model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))  # a private copy
-    gold = golden_trajectories(toy_tasks(), toy_toolbox(), tok, RolloutConfig(**TOY_ROLLOUT), per_task=2)
+    # one golden call to each tool per task: the choice's target is 50/50 on every task, so the warm start
+    # learns the format, not the choice, and GRPO groups start with rewards that differ
+    gold = golden_trajectories(toy_tasks(), toy_toolbox(), tok, RolloutConfig(**TOY_ROLLOUT), alternatives="each")
     report = sft_train(model, tok, gold, SFTConfig(epochs=30, batch_size=8, learning_rate=6e-3), progress=False)
     folder = tmp_path_factory.mktemp("toy-warm")
     model.save_pretrained(folder)

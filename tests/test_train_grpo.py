@@ -39,7 +39,8 @@ def _mean(reports, key):
 
 
 def test_grpo_raises_reward_and_best_tool_share(toy_warm):
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), learning_rate=1e-3, kl_coef=0.0, seed=0)
+    # the default lr (5e-4): at 1e-3 two Adam steps from a 50/50 start can cost the tiny policy its format
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.from_string("name: accuracy\nreward: outcome"), cfg)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
@@ -182,13 +183,12 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
 def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_warm):
     # advantages recomputed from the report's rewards and first calls; a task's two groups are
     # both in the update or both out, so a flat group still carries the other profile's contrast.
-    # T = 2: the warm start may choose one tool nearly always, and flat groups leave nothing to take out
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT, temperature=2.0), kl_coef=0.0, seed=2, tasks_per_step=3,
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3,
                      paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.load("rewards/toolorchestra.yaml"), cfg)
     G, moved = cfg.group_size, 0
-    for report in trainer.run(8, progress=False):
+    for report in trainer.run(3, progress=False):
         groups = [list(range(i, i + G)) for i in range(0, len(report.rewards), G)]
         base = {}
         for g in groups:
@@ -243,12 +243,13 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
                      kl_tokens="not_names")
     model, tok = load_policy(toy_warm[0])
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    # sampled before the move: the moved policy need not keep the call format, and names are the point here
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():  # move the policy off its reference, so that the KL has a gradient
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
     grads = {}
     trainer.optimizer.step = lambda *a, **k: grads.update(
         {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
