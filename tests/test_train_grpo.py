@@ -291,7 +291,7 @@ def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choic
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=4)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5, -0.75, 0.3]
     groups = [(trajs[:4], adv[:4]), (trajs[4:], adv[4:])]
-    choices = [c for g, a in groups for c in trainer._choices(g, a)]
+    choices = [c for g, a in groups for c in trainer._choices(g, a, trainer._name_masks(g))]
     grads = {}
     trainer.optimizer.step = lambda *a, **k: grads.update(
         {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})

@@ -260,10 +260,13 @@ class Trainer:
         t2 = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]  # the lr this step's update uses
         kept_groups = [(g, a) for g, a, k in zip(groups, adv.tolist(), keep.tolist()) if k]
+        kept = [t for g, _ in kept_groups for t in g]
+        names = self._name_masks(kept)  # found once: the expected push and the masks below share them
         choices = None
         if cfg.choice_gradient == "expected":
-            choices = [c for g, a in kept_groups for c in self._choices(g, a)]
-        upd = self._update([t for g, _ in kept_groups for t in g], [x for _, a in kept_groups for x in a], choices)
+            choices = [c for gi, (g, a) in enumerate(kept_groups)
+                       for c in self._choices(g, a, names[gi * G:(gi + 1) * G])]
+        upd = self._update(kept, [x for _, a in kept_groups for x in a], choices, names)
         t3 = time.perf_counter()
         self.step_count += 1
         metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
@@ -305,16 +308,25 @@ class Trainer:
             sums = _sum_dicts(_gather_dicts(dict(sums)))
         return {k: sums[k] / max(sums["_n/" + k], 1.0) for k in sums if not k.startswith("_n/")}
 
-    def _choices(self, group: list[Trajectory], adv: list[float]) -> list[tuple[int, list[int], list[float]] | None]:
+    def _name_masks(self, trajs: list[Trajectory]) -> list[list[int]] | None:
+        """Each trajectory's chat.call_name_mask, where the config uses them (else None)."""
+        cfg = self.config
+        if cfg.choice_gradient == "sampled" and cfg.policy_tokens == "all" and cfg.kl_tokens == "all":
+            return None
+        return [call_name_mask(t.ids, t.mask, self.tokenizer) for t in trajs]
+
+    def _choices(self, group: list[Trajectory], adv: list[float],
+                 names: list[list[int]]) -> list[tuple[int, list[int], list[float]] | None]:
         """Per rollout of one group: (position of the id naming its first call's tool, each tried tool's
         id there, each one's value from `tool_values`), or None where the sampled term stays: no call,
-        a name that is not a tried tool's, or two tools whose names start with the same id."""
+        a name that is not a tried tool's, or two tools whose names start with the same id.
+        `names`: the rollouts' name masks (`_name_masks`)."""
         firsts = [_first_tool(t) for t in group]
         values = tool_values(adv, firsts)
         spots: list[tuple[int, int] | None] = []
         name_ids: dict[str, int] = {}
-        for t, tool in zip(group, firsts):
-            pos = next((i for i, m in enumerate(call_name_mask(t.ids, t.mask, self.tokenizer)) if m), None)
+        for t, tool, mask in zip(group, firsts, names):
+            pos = next((i for i, m in enumerate(mask) if m), None)
             ok = pos is not None and tool is not None and tool.startswith(self.tokenizer.decode([t.ids[pos]]))
             spots.append((pos, t.ids[pos]) if ok else None)
             if ok:
@@ -325,11 +337,13 @@ class Trainer:
         ids, vals = [name_ids[tool] for tool in tools], [values[tool] for tool in tools]
         return [(s[0], ids, vals) if s is not None and s[1] in ids else None for s in spots]
 
-    def _update(self, trajs: list[Trajectory], advantages: list[float],
-                choices: list | None = None) -> dict[str, float]:
+    def _update(self, trajs: list[Trajectory], advantages: list[float], choices: list | None = None,
+                names: list[list[int]] | None = None) -> dict[str, float]:
         """One optimiser step over the kept trajectories (micro-batched); all processes take part.
-        `choices`: per trajectory, `_choices`' entry (choice_gradient="expected"), else None."""
+        `choices`: per trajectory, `_choices`' entry (choice_gradient="expected"), else None;
+        `names`: `_name_masks(trajs)` if already found."""
         acc, cfg = self.accelerator, self.config
+        names = names if names is not None else self._name_masks(trajs)
         n_tok = sum(sum(t.mask[1:]) for t in trajs)
         totals = acc.gather(torch.tensor([len(trajs), n_tok], device=acc.device).reshape(1, 2)).sum(0)
         if int(totals[0]) == 0:  # every group was filtered out, on every process: nothing to learn
@@ -344,7 +358,8 @@ class Trainer:
             ctx = acc.no_sync(self.model) if not last else contextlib.nullcontext()
             with ctx:
                 loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx], denom,
-                                           [choices[i] for i in idx] if choices else None)
+                                           [choices[i] for i in idx] if choices else None,
+                                           [names[i] for i in idx] if names is not None else None)
                 acc.backward(loss)
             for k, v in s.items():
                 stats[k] += v
@@ -358,8 +373,9 @@ class Trainer:
         out["grad_norm"] = float(grad_norm)
         return out
 
-    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int, choices=None):
-        """Loss of one micro-batch, weighted so the sum over micro-batches is the batch mean."""
+    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int, choices=None, names=None):
+        """Loss of one micro-batch, weighted so the sum over micro-batches is the batch mean.
+        `names`: the trajectories' name masks, needed where the config acts on names."""
         cfg, dev = self.config, self.accelerator.device
         if not trajs:  # this process kept nothing: a zero loss that still touches every parameter (DDP)
             dummy = torch.tensor([[self.tokenizer.pad_token_id or 0]], device=dev)
@@ -391,7 +407,7 @@ class Trainer:
         pg_mask = high_entropy_mask(ent, mask, cfg.top_entropy_quantile) if cfg.top_entropy_quantile < 1 else None
         kl_mask = None
         if cfg.policy_tokens == "tool_names" or cfg.kl_tokens == "not_names":
-            names = self._name_mask(trajs, width)[:, 1:][:, start:].to(dev)
+            names = _pad_masks(names, width)[:, 1:][:, start:].to(dev)
             if cfg.policy_tokens == "tool_names":
                 pg_mask = names * (pg_mask if pg_mask is not None else 1.0)
             if cfg.kl_tokens == "not_names":
@@ -417,13 +433,6 @@ class Trainer:
                      "_weight": weight}
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
-
-    def _name_mask(self, trajs: list[Trajectory], width: int) -> torch.Tensor:
-        """[B, width]: 1 on each trajectory's ids that name a called tool (chat.call_name_mask)."""
-        out = torch.zeros((len(trajs), width), dtype=torch.float32)
-        for i, t in enumerate(trajs):
-            out[i, :len(t.ids)] = torch.tensor(call_name_mask(t.ids, t.mask, self.tokenizer), dtype=torch.float32)
-        return out
 
     def _logits(self, model, ids, attn, keep: int) -> torch.Tensor:
         """Logits of the last `keep` positions (all of them for models whose forward cannot skip)."""
@@ -530,6 +539,14 @@ def _balanced_draw(rng: random.Random, tasks: list[Task], k: int) -> list[Task]:
     drawn = [t for cat in sorted(by_cat) for t in rng.sample(by_cat[cat], min(k // len(by_cat), len(by_cat[cat])))]
     chosen = {id(t) for t in drawn}
     return drawn + rng.sample([t for t in tasks if id(t) not in chosen], k - len(drawn))
+
+
+def _pad_masks(masks: list[list[int]], width: int) -> torch.Tensor:
+    """[B, width] float: each 0/1 list, right-padded with 0."""
+    out = torch.zeros((len(masks), width), dtype=torch.float32)
+    for i, m in enumerate(masks):
+        out[i, :len(m)] = torch.tensor(m, dtype=torch.float32)
+    return out
 
 
 def _gather_dicts(d: dict[str, float]) -> list[dict[str, float]]:
