@@ -373,9 +373,10 @@ class Trainer:
         out["grad_norm"] = float(grad_norm)
         return out
 
-    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int, choices=None, names=None):
+    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int,
+                    choices: list | None, names: list[list[int]] | None):
         """Loss of one micro-batch, weighted so the sum over micro-batches is the batch mean.
-        `names`: the trajectories' name masks, needed where the config acts on names."""
+        `choices` and `names`: `_update`'s, for these trajectories."""
         cfg, dev = self.config, self.accelerator.device
         if not trajs:  # this process kept nothing: a zero loss that still touches every parameter (DDP)
             dummy = torch.tensor([[self.tokenizer.pad_token_id or 0]], device=dev)
