@@ -7,7 +7,8 @@ import math
 import torch
 
 from orchlib.train.loss import (clipped_surrogate, expected_choice, group_advantages, grpo_loss, high_entropy_mask,
-                                keep_groups, kl_k3, masked_mean, preference_contrast, token_logprobs, tool_values)
+                                keep_groups, kl_exact, kl_k3, masked_mean, preference_contrast, token_logprobs,
+                                tool_values)
 
 
 def test_token_logprobs_by_hand():
@@ -51,6 +52,29 @@ def test_kl_k3_by_hand_and_nonnegative():
     assert torch.equal(kl_k3(torch.tensor([-1.0]), torch.tensor([-1.0])), torch.zeros(1))
     x = torch.randn(1000)
     assert (kl_k3(x, torch.randn(1000)) >= 0).all()
+
+
+def test_kl_exact_by_hand_and_against_torch():
+    p, q = torch.tensor([0.5, 0.25, 0.25]), torch.tensor([0.25, 0.25, 0.5])
+    got = kl_exact(p.log()[None, None], q.log()[None, None])
+    assert torch.allclose(got, torch.tensor([[0.5 * math.log(2) + 0.25 * math.log(0.5)]]))  # = 0.25 ln 2
+    logits, ref = torch.randn(2, 3, 7), torch.randn(2, 3, 7)
+    lp, lr = torch.log_softmax(logits, -1), torch.log_softmax(ref, -1)
+    # torch's kl_div(input=log q, target=log p, log_target) is sum p (log p - log q) = KL(p || q)
+    want = torch.nn.functional.kl_div(lr, lp, reduction="none", log_target=True).sum(-1)
+    assert torch.allclose(kl_exact(lp, lr), want, atol=1e-6)
+    assert torch.allclose(kl_exact(lp, lp), torch.zeros(2, 3), atol=1e-6)
+
+
+def test_grpo_loss_uses_a_given_per_token_kl():
+    logp = torch.log(torch.tensor([[0.5, 0.5]]))
+    mask, zero = torch.ones(1, 2), torch.zeros(1)
+    per_token = torch.tensor([[0.2, 0.4]])
+    loss, stats = grpo_loss(logp, logp, zero, mask, None, kl_coef=0.5, kl_per_token=per_token)
+    assert math.isclose(loss.item(), 0.5 * 0.3, rel_tol=1e-6) and math.isclose(stats["kl"].item(), 0.3, rel_tol=1e-6)
+    held, _ = grpo_loss(logp, logp, zero, mask, None, kl_coef=0.5, kl_per_token=per_token,
+                        kl_mask=torch.tensor([[1.0, 0.0]]))
+    assert math.isclose(held.item(), 0.5 * 0.2 / 2, rel_tol=1e-6)  # still averaged over both masked tokens
 
 
 def test_masked_mean_token_vs_sequence():

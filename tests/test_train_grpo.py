@@ -236,11 +236,13 @@ def test_decay_steps_sets_the_lr_each_update_uses(toy_warm):
     assert any(not torch.equal(before[n], last[n]) for n in before)
 
 
-def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy_warm):
-    # zero advantages: the gradient is the KL term's alone. Independent loss: kl_coef * sum of k3 over the
-    # sampled ids that do not spell a called tool's name / all sampled ids, against the unperturbed warm start
+@pytest.mark.parametrize("estimator", ["k3", "exact"])
+def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy_warm, estimator):
+    # zero advantages: the gradient is the KL term's alone. Independent loss: kl_coef * sum over the sampled
+    # ids that do not spell a called tool's name / all sampled ids, against the unperturbed warm start, of
+    # k3 at the sampled id, or of the KL over the whole vocabulary (torch's kl_div) at that position
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.5, seed=3, max_grad_norm=1e9,
-                     kl_tokens="not_names")
+                     kl_tokens="not_names", kl_estimator=estimator)
     model, tok = load_policy(toy_warm[0])
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
     # sampled before the move: the moved policy need not keep the call format, and names are the point here
@@ -264,13 +266,20 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     for t in trajs:
         name_pos = {i for span in _name_spans(t, tok) for i in span}
         ids = torch.tensor([t.ids])
-        logp = token_logprobs(check(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
+        logits = check(input_ids=ids).logits[0, :-1] / cfg.rollout.temperature
+        logp = token_logprobs(logits[None], ids[:, 1:])[0]
         with torch.no_grad():
-            ref_logp = token_logprobs(ref(input_ids=ids).logits[:, :-1] / cfg.rollout.temperature, ids[:, 1:])[0]
+            ref_logits = ref(input_ids=ids).logits[0, :-1] / cfg.rollout.temperature
+            ref_logp = token_logprobs(ref_logits[None], ids[:, 1:])[0]
         for i in range(1, len(t.ids)):
             if t.mask[i] and i not in name_pos:
-                r = ref_logp[i - 1] - logp[i - 1]
-                loss = loss + torch.exp(r) - r - 1
+                if estimator == "k3":
+                    r = ref_logp[i - 1] - logp[i - 1]
+                    loss = loss + torch.exp(r) - r - 1
+                else:
+                    loss = loss + torch.nn.functional.kl_div(torch.log_softmax(ref_logits[i - 1], -1),
+                                                             torch.log_softmax(logits[i - 1], -1),
+                                                             reduction="sum", log_target=True)
                 n_kept += 1
     (cfg.kl_coef * loss / n_sampled).backward()
     assert 0 < n_kept < n_sampled  # names were left out, and only names

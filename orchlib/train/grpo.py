@@ -40,8 +40,8 @@ from orchlib.engines.transformers import TransformersEngine
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
-from orchlib.train.loss import (expected_choice, grpo_loss, group_advantages, high_entropy_mask, keep_groups,
-                                preference_contrast, tool_values)
+from orchlib.train.loss import (expected_choice, group_advantages, grpo_loss, high_entropy_mask, keep_groups,
+                                kl_exact, preference_contrast, tool_values)
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor"]
@@ -80,6 +80,10 @@ class GRPOConfig(BaseModel):
         "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
                            "a called tool (the routing choice; the warm start taught the rest); where the KL "
                            "term acts is kl_tokens")
+    kl_estimator: Literal["k3", "exact"] = Field(
+        "k3", description="k3: the k3 estimate at each sampled id (as in the ToolOrchestra release); exact: the "
+                          "KL over the whole vocabulary at each position (loss.kl_exact), which also holds the "
+                          "mass of ids no rollout sampled; costs one more [B, T, V] tensor")
     kl_tokens: Literal["all", "not_names"] = Field(
         "all", description="where the KL term acts: every sampled id, or every id but those naming a called tool "
                            "(with policy_tokens='tool_names': the choice moves freely, the rest is held to the "
@@ -402,7 +406,10 @@ class Trainer:
             logits = logits / cfg.rollout.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-        ref = self._ref_logprobs(ids, attn, tgt) if cfg.kl_coef > 0 else None
+        ref = self._ref_logprobs(ids, attn, tgt, full=cfg.kl_estimator == "exact") if cfg.kl_coef > 0 else None
+        kl_per_token = None
+        if ref is not None and cfg.kl_estimator == "exact":
+            kl_per_token, ref = kl_exact(logp_all, ref), None
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
         pg_mask = high_entropy_mask(ent, mask, cfg.top_entropy_quantile) if cfg.top_entropy_quantile < 1 else None
@@ -426,7 +433,7 @@ class Trainer:
                                                     torch.tensor([c[2]], dtype=torch.float32, device=dev))[0]
         loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask, kl_mask=kl_mask,
-                            choice_loss=choice_loss)
+                            choice_loss=choice_loss, kl_per_token=kl_per_token)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
             stats = {"loss": loss.item() * weight,
@@ -442,7 +449,8 @@ class Trainer:
         return model(input_ids=ids, attention_mask=attn).logits[:, -keep:]
 
     @torch.no_grad()
-    def _ref_logprobs(self, ids, attn, tgt):
+    def _ref_logprobs(self, ids, attn, tgt, full: bool = False):
+        """The reference policy's log-probs of `tgt` [B, T], or of every id [B, T, V] if `full`."""
         temp = self.config.rollout.temperature or 1.0
         keep = tgt.shape[1] + 1
         if self.config.lora:
@@ -451,6 +459,8 @@ class Trainer:
         else:
             logits = self._logits(self.ref_model, ids, attn, keep)
         logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
+        if full:
+            return logp
         return logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
 
     def _metrics(self, trajs, rewards, terms, keep, upd, advantages) -> dict[str, float]:
