@@ -333,6 +333,11 @@ def choice_gap(model, tokenizer, tasks: list[Task], toolbox, config: RolloutConf
     return 100 * sum(gaps) / len(gaps) if gaps else float("nan")
 
 
+# DemoConfig's fields that GRPOConfig has under the same name and meaning
+_GRPO_FIELDS = ("seed", "learning_rate", "kl_coef", "kl_estimator", "kl_tokens", "tasks_per_step", "group_size",
+                "policy_tokens", "preference_contrast", "advantage_scale", "choice_gradient", "balance_categories")
+
+
 def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoResult:
     """All phases; wall time of each is recorded. Returns the numbers and writes `config.out`."""
     import torch
@@ -391,14 +396,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["eval_before"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    grpo = GRPOConfig(seed=config.seed, learning_rate=config.learning_rate, kl_coef=config.kl_coef,
-                      tasks_per_step=config.tasks_per_step, group_size=config.group_size,
-                      paired_profiles=DEMO_PROFILES, rollout=DEMO_ROLLOUT, policy_tokens=config.policy_tokens,
-                      preference_contrast=config.preference_contrast, advantage_scale=config.advantage_scale,
-                      kl_tokens=config.kl_tokens, kl_estimator=config.kl_estimator,
-                      choice_gradient=config.choice_gradient,
-                      balance_categories=config.balance_categories,
-                      decay_steps=config.steps if config.lr_decay and config.steps else None)
+    grpo = GRPOConfig(**config.model_dump(include=set(_GRPO_FIELDS)), paired_profiles=DEMO_PROFILES,
+                      rollout=DEMO_ROLLOUT, decay_steps=config.steps if config.lr_decay and config.steps else None)
     trainer = Trainer((model, tok), train, toolbox, reward, grpo, policy_source=f"default-{config.size}")
     _train(trainer, train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t

@@ -406,10 +406,11 @@ class Trainer:
             logits = logits / cfg.rollout.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-        ref = self._ref_logprobs(ids, attn, tgt, full=cfg.kl_estimator == "exact") if cfg.kl_coef > 0 else None
-        kl_per_token = None
-        if ref is not None and cfg.kl_estimator == "exact":
-            kl_per_token, ref = kl_exact(logp_all, ref), None
+        ref = kl_per_token = None  # grpo_loss takes k3 from `ref`, or the exact KL as given
+        if cfg.kl_coef > 0 and cfg.kl_estimator == "exact":
+            kl_per_token = kl_exact(logp_all, self._ref_logprobs(ids, attn, tgt, full=True))
+        elif cfg.kl_coef > 0:
+            ref = self._ref_logprobs(ids, attn, tgt)
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
         pg_mask = high_entropy_mask(ent, mask, cfg.top_entropy_quantile) if cfg.top_entropy_quantile < 1 else None
