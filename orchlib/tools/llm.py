@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, task_text
 from orchlib.trajectory import Observation
 
-__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "chat_openai", "chat_transformers"]
+__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "chat_openai", "chat_body", "post_chat", "chat_transformers"]
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -88,38 +88,58 @@ class LLMTool(Tool):
 
 async def chat_openai(s: LLMSettings, messages: list[dict[str, str]]) -> tuple[str, int, int]:
     """(text, prompt tokens, completion tokens) from `POST {base_url}/chat/completions`."""
-    headers = {"Content-Type": "application/json"}
-    if s.api_key_env:
-        key = os.environ.get(s.api_key_env)
-        if not key:
-            raise ToolError(f"environment variable {s.api_key_env} (the API key) is not set")
-        headers["Authorization"] = f"Bearer {key}"
+    response = await post_chat(s, chat_body(s, messages))
+    return _parse_completion(response, s.model, messages)
+
+
+def chat_body(s: LLMSettings, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The request body: model, messages, the card's output cap and temperature, then `extra_body`."""
     body: dict[str, Any] = {"model": s.model, "messages": messages}
     if s.max_tokens is not None:
         body["max_tokens"] = s.max_tokens
     if s.temperature is not None:
         body["temperature"] = s.temperature
     body.update(s.extra_body)
+    return body
+
+
+async def post_chat(s: LLMSettings, body: dict[str, Any], client: httpx.AsyncClient | None = None) -> httpx.Response:
+    """The 200 response to `POST {base_url}/chat/completions` with `body`, after the retries above;
+    any other outcome raises ToolError ("timeout" or "tool_failure"). Shared by the `llm` tool and the
+    API policy engine (orchlib.engines.openai), which passes its own pooled `client`."""
+    headers = {"Content-Type": "application/json"}
+    if s.api_key_env:
+        key = os.environ.get(s.api_key_env)
+        if not key:
+            raise ToolError(f"environment variable {s.api_key_env} (the API key) is not set")
+        headers["Authorization"] = f"Bearer {key}"
+    if client is None:
+        # A client per call: calls may come from different event loops (call_many_sync in Jupyter).
+        async with httpx.AsyncClient(timeout=httpx.Timeout(s.timeout_s)) as own:
+            return await _post_retrying(s, own, headers, body)
+    return await _post_retrying(s, client, headers, body)
+
+
+async def _post_retrying(s: LLMSettings, client: httpx.AsyncClient, headers: dict[str, str],
+                         body: dict[str, Any]) -> httpx.Response:
     url = s.base_url.rstrip("/") + "/chat/completions"
     last = ""
-    # A client per call: calls may come from different event loops (call_many_sync in Jupyter).
-    async with httpx.AsyncClient(timeout=httpx.Timeout(s.timeout_s)) as client:
-        for attempt in range(s.max_retries + 1):
-            try:
-                response = await client.post(url, headers=headers, json=body)
-            except httpx.TimeoutException:
-                raise ToolError(f"{s.model}: no answer from {url} within {s.timeout_s:g} s", kind="timeout") from None
-            except httpx.TransportError as e:  # refused or dropped connection: worth another try
-                last, wait = f"{type(e).__name__}: {e}", _backoff(s, attempt, None)
-            else:
-                if response.status_code == 200:
-                    return _parse_completion(response, s.model, messages)
-                last = f"HTTP {response.status_code}: {response.text[:300]}"
-                if response.status_code not in RETRY_STATUSES:
-                    raise ToolError(f"{s.model}: {last}")
-                wait = _backoff(s, attempt, response.headers.get("retry-after"))
-            if attempt < s.max_retries:
-                await asyncio.sleep(wait)
+    for attempt in range(s.max_retries + 1):
+        try:
+            response = await client.post(url, headers=headers, json=body, timeout=s.timeout_s)
+        except httpx.TimeoutException:
+            raise ToolError(f"{s.model}: no answer from {url} within {s.timeout_s:g} s", kind="timeout") from None
+        except httpx.TransportError as e:  # refused or dropped connection: worth another try
+            last, wait = f"{type(e).__name__}: {e}", _backoff(s, attempt, None)
+        else:
+            if response.status_code == 200:
+                return response
+            last = f"HTTP {response.status_code}: {response.text[:300]}"
+            if response.status_code not in RETRY_STATUSES:
+                raise ToolError(f"{s.model}: {last}")
+            wait = _backoff(s, attempt, response.headers.get("retry-after"))
+        if attempt < s.max_retries:
+            await asyncio.sleep(wait)
     raise ToolError(f"{s.model}: gave up after {s.max_retries + 1} attempts; last: {last}")
 
 
