@@ -183,8 +183,10 @@ def test_tool_sets_compile_once_each():
 def test_expansion_over_tools_can_refuse_a_constant():
     r = Reward("sum(1e300 for t in tools)")  # one tool is fine, two overflow the constant range
     np.testing.assert_allclose(r([{"calls": {"a": 1}}]), [1e300])
+    # Compiled over a tool axis the sum is k * 1e300, a float64; only the expanded sympy form refuses it.
+    np.testing.assert_allclose(r([{"calls": {"a": 1, "b": 1}}]), [2e300])
     with pytest.raises(RewardSyntaxError, match=r"expanded over tools \['a', 'b'\]: the constant"):
-        r([{"calls": {"a": 1, "b": 1}}])
+        r.expression_for(["a", "b"])
 
 
 def test_per_group_arithmetic_follows_numpy_not_python_floats():

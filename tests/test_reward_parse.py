@@ -5,6 +5,7 @@ import sympy
 
 from orchlib.reward import RewardSyntaxError, parse
 from orchlib.reward.names import symbol
+from orchlib.reward.forms import LoopSymbol, Where
 from orchlib.reward.parse import GROUP_FUNCTIONS, ToolSum
 
 cost, latency, outcome = symbol("cost"), symbol("latency"), symbol("outcome")
@@ -24,14 +25,41 @@ def test_arithmetic_and_functions():
 
 
 def test_conditions():
-    assert expr("where(outcome >= 1, cost, 0)") == sympy.Piecewise((cost, outcome >= 1), (0, True))
+    assert expr("where(outcome >= 1, cost, 0)") == Where(outcome >= 1, cost, 0)
     chained = expr("where(0 < cost <= 1, 1, 2)")
-    assert chained == sympy.Piecewise((1, sympy.And(cost > 0, cost <= 1)), (2, True))
+    assert chained == Where(sympy.And(sympy.Lt(0, cost), cost <= 1), 1, 2)
     # A condition used as a number is 1/0 and a number used as a condition is "non-zero", as in Python.
-    assert expr("2 * (cost > 1)") == 2 * sympy.Piecewise((1, cost > 1), (0, True))
-    assert expr("where(outcome, 1, 0)") == sympy.Piecewise((1, sympy.Ne(outcome, 0)), (0, True))
-    assert expr("where(not (cost > 1) and latency < 2 or outcome == 1, 1, 0)") == sympy.Piecewise(
-        (1, sympy.Or(sympy.And(cost <= 1, latency < 2), sympy.Eq(outcome, 1))), (0, True))
+    assert expr("2 * (cost > 1)") == 2 * Where(cost > 1, 1, 0)
+    assert expr("where(outcome, 1, 0)") == Where(sympy.Ne(outcome, 0), 1, 0)
+    assert expr("where(not (cost > 1) and latency < 2 or outcome == 1, 1, 0)") == Where(
+        sympy.Or(sympy.And(cost <= 1, latency < 2), sympy.Eq(outcome, 1)), 1, 0)
+    # Decided conditions pick their branch at parse time.
+    assert expr("where(2 > 1, cost, latency)") == cost and expr("where(0, cost, latency)") == latency
+    assert not expr("where(outcome > 0, mean(cost > 1), 0)").has(sympy.Piecewise)
+
+
+def test_group_operators_stay_whole_under_conditions():
+    # sympy's Piecewise would push `mean` into the branches: where(c, mean(1), mean(0)).
+    mean = GROUP_FUNCTIONS["mean"]
+    assert expr("where(mean(where(cost > 1.5, 1, 0)) > 0.5, 1, 0)") == Where(
+        mean(Where(cost > 1.5, 1, 0)) > 0.5, 1, 0)
+    assert str(expr("max(cost > 1) + min(cost)")) == "max(where(cost > 1, 1, 0)) + min(cost)"
+
+
+def test_group_max_min_sum_count_and_G():
+    G = symbol("G")
+    assert expr("max(cost)") == GROUP_FUNCTIONS["max"](cost)
+    assert expr("max(cost, latency)") == sympy.Max(cost, latency)  # two or more: elementwise
+    assert expr("sum(cost)") == GROUP_FUNCTIONS["sum"](cost)
+    assert expr("count(cost > 1)") == GROUP_FUNCTIONS["count"](Where(cost > 1, 1, 0))
+    assert expr("count(cost)") == GROUP_FUNCTIONS["count"](Where(sympy.Ne(cost, 0), 1, 0))
+    # Of a per-group value: max/min are the value, sum is G times it, count G or 0.
+    assert expr("max(P.cost) + min(P.cost)") == 2 * symbol("P.cost")
+    assert expr("sum(P.cost)") == G * symbol("P.cost")
+    p = parse("count(P.cost > 1) / G")
+    assert p.expr == Where(symbol("P.cost") > 1, 1, 0)
+    assert parse("G - 1").symbols == {"G"}
+    assert float(expr("pi")) == pytest.approx(3.141592653589793)
 
 
 def test_constants_fold():
@@ -98,8 +126,9 @@ REFUSED = [
     ("sum(calls[t] for t in tools if t)", "`if` in a comprehension", (1, 32)),
     ("sum(calls[t] for t in tools for u in tools)", "exactly one `for`", (1, 4)),
     ("sum(cost, 1)", "sum() takes 1 arguments", (1, 1)),
-    ("sum(cost)", "sum takes one generator", (1, 1)),
-    ("min(calls[t] for t in tools)", "min() takes 2 to 64 arguments", (1, 1)),
+    ("sum(calls)", "calls needs a tool", (1, 5)),
+    ("min(calls[t] for t in tools)", "a generator is allowed only as sum(... for t in tools)", (1, 4)),
+    ("G = 1", "invalid syntax", (1, 3)),
     ("(x := 1)", "assignment expression", (1, 2)),
     ("f'{cost}'", "f-string", (1, 1)),
     ("cost if outcome else 0", "where(c, a, b)", (1, 1)),

@@ -1,10 +1,16 @@
 """sympy → one vectorised function per term, through `sympy.lambdify` and a small code printer.
 
 The printer writes every non-arithmetic operation as a call to a name from a namespace
-(`_where`, `_minimum`, `minmax`, ...; see ops.py), so one printed program runs on numpy arrays or on
-torch tensors depending only on the namespace it is given. sympy's own numpy printer is not used
-because it prints `Min(a, b)` as `numpy.amin((a, b), axis=0)`, which fails when a per-group value
-(shape (n, 1)) meets a per-rollout one (shape (n, G)); here every such operation broadcasts.
+(`_where`, `_minimum`, `_group_minmax`, ...; see ops.py), so one printed program runs on numpy arrays
+or on torch tensors depending only on the namespace it is given. sympy's own numpy printer is not
+used because it prints `Min(a, b)` as `numpy.amin((a, b), axis=0)`, which fails when a per-group
+value (shape (n, 1)) meets a per-rollout one (shape (n, G)); here every such operation broadcasts.
+
+A sum over tools, `sum(body for t in tools)`, is evaluated once, not once per tool: its loop inputs
+`calls[t]` and `P.tools[t]` become arrays with a leading tool axis, (k, n, G) and (k, n|1, 1), the
+body broadcasts over it (group operators act on the last axis, so each tool is normalised over its
+own group), and `_toolsum` adds the k slices. A sum nested in another sum is expanded instead (the
+caller passes its expanded form).
 """
 
 from __future__ import annotations
@@ -16,17 +22,22 @@ import numpy as np
 import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
-from orchlib.reward.ops import GROUP_OPERATORS, NUMPY_NAMESPACE, torch_namespace
+from orchlib.reward.forms import GroupOperator, LoopSymbol, ToolSum
+from orchlib.reward.ops import NUMPY_NAMESPACE, torch_namespace
 
-__all__ = ["Step", "Program", "compile_program", "run_program"]
+__all__ = ["Step", "Program", "compile_program", "run_program", "BY_TOOL", "has_nested_tool_sum"]
+
+# Loop input kind → the name of its stacked (tool-axis) array; a leading `_` keeps these apart from
+# every name a reward can write.
+BY_TOOL: dict[str, str] = {"calls[": "_by_tool_calls", "P.tools[": "_by_tool_P_tools"}
+_RELATIONS = {"<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge", "==": "_eq", "!=": "_ne"}
 
 
 class _Printer(PythonCodePrinter):
     """Prints the reward language's sympy forms as calls into a backend namespace."""
 
     def __init__(self) -> None:
-        super().__init__({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
-                          "user_functions": {name: name for name in GROUP_OPERATORS}})
+        super().__init__({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True})
 
     def _call(self, name: str, *args: Any) -> str:
         return f"{name}({', '.join(self._print(a) for a in args)})"
@@ -51,11 +62,30 @@ class _Printer(PythonCodePrinter):
 
     _print_Half = _print_Rational
 
+    # Conditions are floats: 1 true, 0 false, NaN undecidable (see ops.py).
     def _print_BooleanTrue(self, expr: Any) -> str:
-        return "True"
+        return "1.0"
 
     def _print_BooleanFalse(self, expr: Any) -> str:
-        return "False"
+        return "0.0"
+
+    def _print_Relational(self, expr: Any) -> str:
+        return self._call(_RELATIONS[expr.rel_op], expr.lhs, expr.rhs)
+
+    _print_StrictLessThan = _print_LessThan = _print_StrictGreaterThan = _print_Relational
+    _print_GreaterThan = _print_Equality = _print_Unequality = _print_Relational
+
+    def _print_Where(self, expr: Any) -> str:
+        return self._call("_where", *expr.args)
+
+    def _print_ToolSum(self, expr: Any) -> str:
+        return self._call("_toolsum", expr.args[0])
+
+    def _print_sin(self, expr: Any) -> str:
+        return self._call("_sin", *expr.args)
+
+    def _print_cos(self, expr: Any) -> str:
+        return self._call("_cos", *expr.args)
 
     def _print_Pow(self, expr: sympy.Pow, rational: bool = False) -> str:
         return self._hprint_Pow(expr, rational=rational, sqrt="_sqrt")
@@ -90,26 +120,41 @@ class _Printer(PythonCodePrinter):
 
     _print_ITE = _print_Xor = _print_Equivalent = _print_Implies = _print_BooleanFunction
 
-    def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
-        *branches, (last, last_cond) = expr.args
-        out = self._print(last) if last_cond == sympy.true else self._call("_where", last_cond, last, "_nan")
-        for value, cond in reversed(branches):
-            out = f"_where({self._print(cond)}, {self._print(value)}, {out})"
-        return out
-
     def _print_Function(self, expr: Any) -> str:
-        name = type(expr).__name__
-        if name in GROUP_OPERATORS:
-            return self._call(name, *expr.args)
-        raise NotImplementedError(f"no compiled form for `{name}`")
+        # sympy's printer skips intermediate classes of a Function, so group operators land here.
+        if isinstance(expr, GroupOperator):
+            return self._call(f"_group_{type(expr).__name__}", *expr.args)
+        raise NotImplementedError(f"no compiled form for `{type(expr).__name__}`")
 
     def _print_not_supported(self, expr: Any) -> str:
         raise NotImplementedError(f"no compiled form for `{type(expr).__name__}`: {expr}")
 
 
+def has_nested_tool_sum(expr: sympy.Basic) -> bool:
+    return any(inner.has(ToolSum) for s in expr.atoms(ToolSum) for inner in s.args[:1])
+
+
+def _vectorise(expr: sympy.Expr, n_tools: int) -> sympy.Expr:
+    """Loop inputs → stacked arrays; a sum whose body ignores the tool → n_tools * body."""
+    def lower(s: ToolSum) -> sympy.Expr:
+        body = s.args[0]
+        if not any(isinstance(x, LoopSymbol) for x in body.free_symbols):
+            return sympy.Integer(n_tools) * body
+        return s
+
+    expr = expr.replace(lambda e: isinstance(e, ToolSum), lower)
+    loops = {x: sympy.Symbol(next(v for k, v in BY_TOOL.items() if x.name.startswith(k)), real=True)
+             for x in expr.free_symbols if isinstance(x, LoopSymbol)}
+    return expr.xreplace(loops)
+
+
 @dataclass(frozen=True)
 class Step:
-    """One named expression compiled: `fn(*values of args)` → array broadcastable to (n, G)."""
+    """One named expression compiled: `fn(*values of args)` → array broadcastable to (n, G).
+
+    `expr` is the expression as given (sums over tools whole); `args` name the inputs `fn` takes,
+    `_by_tool_*` being the stacked arrays of a sum's loop inputs (see BY_TOOL).
+    """
 
     name: str
     expr: sympy.Expr
@@ -140,9 +185,10 @@ def compile_program(named: Sequence[tuple[str, sympy.Expr]], tools: tuple[str, .
     namespace = NUMPY_NAMESPACE if backend == "numpy" else torch_namespace()
     steps = []
     for name, expr in named:
-        args = tuple(sorted(s.name for s in expr.free_symbols))
+        lowered = _vectorise(expr, len(tools))
+        args = tuple(sorted(s.name for s in lowered.free_symbols))
         syms = [sympy.Symbol(a, real=True) for a in args]
-        fn = sympy.lambdify(syms, expr, modules=[dict(namespace)], printer=_Printer(), docstring_limit=0)
+        fn = sympy.lambdify(syms, lowered, modules=[dict(namespace)], printer=_Printer(), docstring_limit=0)
         steps.append(Step(name, expr, args, fn))
     return Program(tools, tuple(steps), tuple(sorted(inputs)), backend)
 

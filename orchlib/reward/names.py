@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import sympy
 
-__all__ = ["FEATURES", "P_FIELDS", "P_RESERVED", "symbol", "calls_name", "p_name", "p_tool_name",
+__all__ = ["FEATURES", "GROUP_SIZE", "P_FIELDS", "P_RESERVED", "symbol", "calls_name", "p_name", "p_tool_name",
            "is_p_name", "is_feature_name", "tool_of", "latex_name"]
 
 # Per-trajectory numbers every group provides (see orchlib.reward.features for where each comes from).
 FEATURES: tuple[str, ...] = ("outcome", "cost", "latency", "turns", "tokens", "errors")
+# The number of rollouts in the group: one value per group, like an entry of P.
+GROUP_SIZE = "G"
 # Preference fields that are numbers; `P.tools[t]` is per tool and any other `P.<name>` is user-named.
 P_FIELDS: tuple[str, ...] = ("outcome", "cost", "latency")
 # Preference attributes that are not numbers: `P.name` is the profile's label, `P.extra` the mapping.
@@ -74,4 +76,6 @@ def latex_name(name: str, loop_vars: frozenset[str] = frozenset()) -> str:
         return r"P_{\mathrm{tools}," + index + "}"
     if is_p_name(name):
         return r"P_{\mathrm{" + _text(name[2:]) + "}}"
+    if name == GROUP_SIZE:
+        return "G"
     return r"\mathrm{" + _text(name) + "}"

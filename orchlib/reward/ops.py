@@ -13,6 +13,8 @@ Definitions (x is one group's values, G of them):
   of their ranks, then the ranks are min-max normalised. Without ties this is (r − 1)/(G − 1) ∈ [0, 1];
   the smallest value always gets 0, the largest 1, and a group of equal values gets 0.
 - `mean(x)` = the group's mean, the same for every rollout.
+- `max(x)`, `min(x)`, `sum(x)` = the group's largest value, smallest value and total, the same for
+  every rollout; `count(c)` = how many rollouts of the group have c non-zero (c true).
 
 A group holding NaN or ±inf gives NaN for all its rollouts (never a made-up finite value), so the
 reward's final check reports it instead of training on it.
@@ -25,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["GROUP_OPERATORS", "NUMPY_NAMESPACE", "torch_namespace",
-           "minmax", "zscore", "rank", "mean"]
+           "minmax", "zscore", "rank", "mean", "group_max", "group_min", "group_sum", "count"]
 
 
 def _group(x: Any) -> np.ndarray:
@@ -70,6 +72,51 @@ def mean(x: Any) -> np.ndarray:
     return x.mean(axis=-1, keepdims=True)
 
 
+def group_max(x: Any) -> np.ndarray:
+    return _group(x).max(axis=-1, keepdims=True)  # NaN propagates through max/min/sum
+
+
+def group_min(x: Any) -> np.ndarray:
+    return _group(x).min(axis=-1, keepdims=True)
+
+
+def group_sum(x: Any) -> np.ndarray:
+    return _group(x).sum(axis=-1, keepdims=True)
+
+
+def count(x: Any) -> np.ndarray:
+    x = _group(x)
+    return _poison(x, (x != 0).sum(axis=-1, keepdims=True).astype(np.float64))
+
+
+# --- conditions ---------------------------------------------------------------------------------
+# A condition is a float array: 1 true, 0 false, NaN when it compares a NaN or an infinity. A NaN
+# condition makes `where` NaN, so the final check reports it: with plain booleans `nan >= 1` would
+# be False and `where(outcome >= 1, ..., 0)` would score a NaN outcome 0 without a word.
+
+def _comparison(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], np.ndarray]:
+    def compare(a: Any, b: Any) -> np.ndarray:
+        return np.where(np.isfinite(a) & np.isfinite(b), op(a, b), np.nan)
+    return compare
+
+
+def _where(c: Any, a: Any, b: Any) -> np.ndarray:
+    out = np.where(np.asarray(c) != 0, a, b)
+    return np.where(np.isnan(c), np.nan, out) if np.isnan(c).any() else out
+
+
+def _and(a: Any, b: Any) -> Any:
+    return a * b            # 1·1 = 1, anything with 0 is 0, NaN stays NaN
+
+
+def _or(a: Any, b: Any) -> Any:
+    return np.maximum(a, b)  # np.maximum propagates NaN
+
+
+def _not(a: Any) -> Any:
+    return 1.0 - a
+
+
 # --- torch --------------------------------------------------------------------------------------
 
 def torch_namespace() -> dict[str, Any]:
@@ -111,6 +158,19 @@ def torch_namespace() -> dict[str, Any]:
     def t_mean(x: Any) -> "torch.Tensor":
         return group(x).mean(dim=-1, keepdim=True)
 
+    def t_max(x: Any) -> "torch.Tensor":
+        return group(x).amax(dim=-1, keepdim=True)
+
+    def t_min(x: Any) -> "torch.Tensor":
+        return group(x).amin(dim=-1, keepdim=True)
+
+    def t_sum(x: Any) -> "torch.Tensor":
+        return group(x).sum(dim=-1, keepdim=True)
+
+    def t_count(x: Any) -> "torch.Tensor":
+        x = group(x)
+        return poison(x, (x != 0).sum(dim=-1, keepdim=True).to(torch.float64))
+
     def like(x: Any, other: Any) -> "torch.Tensor":
         # A constant from the printed code joins a tensor on that tensor's device (GPU included).
         if isinstance(x, torch.Tensor):
@@ -127,13 +187,27 @@ def torch_namespace() -> dict[str, Any]:
 
     def where(c: Any, a: Any, b: Any) -> "torch.Tensor":
         c = like(c, a if isinstance(a, torch.Tensor) else b)
-        return torch.where(c.to(torch.bool), like(a, c), like(b, c))
+        a, b = like(a, c), like(b, c)
+        out = torch.where(c != 0, a, b)
+        return torch.where(torch.isnan(c), torch.full_like(out, float("nan")), out)
+
+    def comparison(op: Callable) -> Callable:
+        def compare(a: Any, b: Any) -> "torch.Tensor":
+            a, b = like(a, b), like(b, a)
+            ok = torch.isfinite(a) & torch.isfinite(b)
+            return torch.where(ok, op(a, b).to(torch.float64), torch.full_like(ok, float("nan"), dtype=torch.float64))
+        return compare
 
     return {
-        "minmax": t_minmax, "zscore": t_zscore, "rank": t_rank, "mean": t_mean,
+        **{f"_group_{name}": fn for name, fn in [("minmax", t_minmax), ("zscore", t_zscore), ("rank", t_rank),
+                                                 ("mean", t_mean), ("max", t_max), ("min", t_min),
+                                                 ("sum", t_sum), ("count", t_count)]},
         "_minimum": binary(torch.minimum), "_maximum": binary(torch.maximum), "_where": where,
-        "_and": binary(torch.logical_and), "_or": binary(torch.logical_or), "_not": unary(torch.logical_not),
+        "_and": binary(torch.mul), "_or": binary(torch.maximum), "_not": lambda a: 1.0 - t(a),
+        "_lt": comparison(torch.lt), "_le": comparison(torch.le), "_gt": comparison(torch.gt),
+        "_ge": comparison(torch.ge), "_eq": comparison(torch.eq), "_ne": comparison(torch.ne),
         "_exp": unary(torch.exp), "_log": unary(torch.log), "_abs": unary(torch.abs), "_sqrt": unary(torch.sqrt),
+        "_sin": unary(torch.sin), "_cos": unary(torch.cos), "_toolsum": lambda x: t(x).sum(dim=0),
         "_nan": float("nan"),
     }
 
@@ -144,13 +218,20 @@ GROUP_OPERATORS: dict[str, tuple[Callable[[Any], np.ndarray], str]] = {
     "zscore": (zscore, "(x - mean) / std over the group (population std); 0 where max == min"),
     "rank": (rank, "average ranks (ties share their mean rank), min-max normalised to [0, 1]; 0 if all tie"),
     "mean": (mean, "the group mean, the same for every rollout"),
+    "max": (group_max, "the group's largest value, the same for every rollout"),
+    "min": (group_min, "the group's smallest value, the same for every rollout"),
+    "sum": (group_sum, "the group's total, the same for every rollout"),
+    "count": (count, "how many rollouts of the group have the condition true (non-zero)"),
 }
 
-# What compiled numpy code calls (see compile.py's printer): group operators plus broadcasting
-# binary forms of min/max/and/or, so a per-group value (n, 1) meets a per-rollout one (n, G).
+# What compiled numpy code calls (see compile.py's printer): group operators (`_group_<name>`, so
+# `max` never shadows a builtin), broadcasting binary min/max so a per-group value (n, 1) meets a
+# per-rollout one (n, G), conditions as 1/0/NaN floats, and `_toolsum` over a leading tool axis.
 NUMPY_NAMESPACE: dict[str, Any] = {
-    **{name: fn for name, (fn, _) in GROUP_OPERATORS.items()},
-    "_minimum": np.minimum, "_maximum": np.maximum, "_where": np.where,
-    "_and": np.logical_and, "_or": np.logical_or, "_not": np.logical_not,
-    "_exp": np.exp, "_log": np.log, "_abs": np.abs, "_sqrt": np.sqrt, "_nan": np.nan,
+    **{f"_group_{name}": fn for name, (fn, _) in GROUP_OPERATORS.items()},
+    "_minimum": np.minimum, "_maximum": np.maximum, "_where": _where, "_and": _and, "_or": _or, "_not": _not,
+    "_lt": _comparison(np.less), "_le": _comparison(np.less_equal), "_gt": _comparison(np.greater),
+    "_ge": _comparison(np.greater_equal), "_eq": _comparison(np.equal), "_ne": _comparison(np.not_equal),
+    "_exp": np.exp, "_log": np.log, "_abs": np.abs, "_sqrt": np.sqrt, "_sin": np.sin, "_cos": np.cos,
+    "_toolsum": lambda x: np.sum(x, axis=0), "_nan": np.nan,
 }

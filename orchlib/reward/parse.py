@@ -5,8 +5,12 @@ refused with a `RewardSyntaxError` naming its position and what is not allowed. 
 only exception `parse` lets escape, whatever the input (see tests/test_reward_fuzz.py).
 
 Two modes share one walk:
-- generic (`tools=None`): `sum(e for t in tools)` stays one `ToolSum` node, for printing and LaTeX;
-- concrete (`tools=(...)`): the sum is expanded over the given tools, for compiling.
+- generic (`tools=None`): `sum(e for t in tools)` stays one `ToolSum` node (printing, LaTeX, and the
+  vectorised compiled form), its loop inputs being `LoopSymbol`s;
+- concrete (`tools=(...)`): the sum is expanded over the given tools (the row-by-row reference).
+
+`where` and the group operators are built as the forms in forms.py, never as sympy `Piecewise`,
+which sympy would fold across group operators (see forms.py).
 
 Constant sub-expressions are folded to plain numbers as they are built (`exp(2)` → 7.389…), with
 guards on size, so sympy is never asked to build a huge integer (`2**10**10`) or a tower of
@@ -27,7 +31,8 @@ import sympy
 from sympy.logic.boolalg import Boolean, BooleanAtom
 
 from orchlib.reward.errors import RewardSyntaxError
-from orchlib.reward.names import (FEATURES, calls_name, is_feature_name, p_name, p_tool_name,
+from orchlib.reward.forms import GROUP_FORMS, LoopSymbol, ToolSum, Where, indicator
+from orchlib.reward.names import (FEATURES, GROUP_SIZE, calls_name, is_feature_name, p_name, p_tool_name,
                                   symbol)
 from orchlib.reward.ops import GROUP_OPERATORS
 
@@ -41,16 +46,18 @@ MAX_DEPTH = 40          # ast nesting; sympy's printers recurse several frames p
 _MAX_MAGNITUDE = 1e300  # constants stay well inside float64 after compiling
 _MIN_MAGNITUDE = 1e-300
 
-# name → (min args, max args); `sum` takes exactly one generator over `tools`.
+# name → (min args, max args). With one argument `min`, `max` and `sum` are group operators; `min`
+# and `max` with 2 or more are elementwise; `sum` of a generator over `tools` is the sum over tools.
 FUNCTIONS: dict[str, tuple[int, int]] = {
-    "min": (2, 64), "max": (2, 64), "clip": (3, 3), "exp": (1, 1), "log": (1, 1), "abs": (1, 1),
-    "where": (3, 3), "sum": (1, 1), **{name: (1, 1) for name in GROUP_OPERATORS},
+    **{name: (1, 1) for name in GROUP_OPERATORS}, "min": (1, 64), "max": (1, 64),
+    "clip": (3, 3), "exp": (1, 1), "log": (1, 1), "sin": (1, 1), "cos": (1, 1), "abs": (1, 1), "where": (3, 3),
 }
+# Names with a fixed meaning besides the features: the group size and the constant pi.
+CONSTANT_NAMES: tuple[str, ...] = (GROUP_SIZE, "pi")
 # Names a term or a loop variable may not take.
-RESERVED: frozenset[str] = frozenset({*FEATURES, "P", "calls", "tools", *FUNCTIONS})
+RESERVED: frozenset[str] = frozenset({*FEATURES, *CONSTANT_NAMES, "P", "calls", "tools", *FUNCTIONS})
 
-GROUP_FUNCTIONS: dict[str, sympy.FunctionClass] = {
-    name: sympy.Function(name, real=True) for name in GROUP_OPERATORS}
+GROUP_FUNCTIONS: dict[str, sympy.FunctionClass] = dict(GROUP_FORMS)
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
            ast.Mod: "%", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>", ast.BitOr: "|",
@@ -66,25 +73,6 @@ _DESCRIBE = {
     "Starred": "unpacking with *", "Slice": "a slice", "Await": "await", "Yield": "yield",
     "YieldFrom": "yield", "IfExp": "`a if c else b` (write where(c, a, b))",
 }
-
-
-class ToolSum(sympy.Function):
-    """`sum(body for t in tools)` left unexpanded, for display; args are (body, loop variable)."""
-
-    nargs = 2
-
-    @classmethod
-    def eval(cls, body, var):  # noqa: D102 - never evaluates: the tool set is not known yet
-        return None
-
-    def _latex(self, printer) -> str:
-        body, var = self.args
-        return (r"\sum_{" + printer._print(var) + r" \in \mathrm{tools}} \left("
-                + printer._print(body) + r"\right)")
-
-    def _sympystr(self, printer) -> str:
-        body, var = self.args
-        return f"sum({printer._print(body)} for {printer._print(var)} in tools)"
 
 
 @dataclass(frozen=True)
@@ -199,6 +187,10 @@ def _snippet(node: ast.AST) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_TRANSCENDENTAL = {"exp": (math.exp, sympy.exp), "log": (math.log, sympy.log),
+                   "sin": (math.sin, sympy.sin), "cos": (math.cos, sympy.cos)}
+
+
 def _const(x: sympy.Basic) -> bool:
     return isinstance(x, sympy.Number)
 
@@ -239,7 +231,7 @@ class _Builder:
         if isinstance(x, BooleanAtom):
             return sympy.Integer(1 if x else 0)
         if _boolean(x):
-            return sympy.Piecewise((sympy.Integer(1), x), (sympy.Integer(0), True))
+            return indicator(x)
         return x
 
     def cond(self, x: sympy.Basic, node: ast.AST) -> Boolean:
@@ -305,9 +297,11 @@ class _Builder:
         if name in self.env:
             raise self.refuse(node, f"the loop variable `{name}` can only index calls[{name}] or "
                                     f"P.tools[{name}]")
-        if name in FEATURES:
+        if name in FEATURES or name == GROUP_SIZE:
             self.used.add(name)
             return symbol(name)
+        if name == "pi":
+            return sympy.Float(math.pi)
         if name in self.terms:
             self.terms_used.add(name)
             return symbol(name)
@@ -320,7 +314,7 @@ class _Builder:
             raise self.refuse(node, "tools can only be iterated: sum(... for t in tools)")
         if name in FUNCTIONS:
             raise self.refuse(node, f"`{name}` is a function: call it, e.g. {name}(...)")
-        known = ", ".join(FEATURES) + (f"; terms: {', '.join(sorted(self.terms))}" if self.terms else "")
+        known = ", ".join([*FEATURES, *CONSTANT_NAMES]) + (f"; terms: {', '.join(sorted(self.terms))}" if self.terms else "")
         raise self.refuse(node, f"unknown name `{name}` (inputs: {known}; calls[t]; P.<field>)")
 
     def visit_Attribute(self, node: ast.Attribute) -> sympy.Basic:
@@ -350,6 +344,9 @@ class _Builder:
         index = node.slice
         if isinstance(index, ast.Name) and index.id in self.env:
             tool = self.env[index.id]
+            if self.tools is None:  # generic: the loop variable's input, kept apart from a tool named `t`
+                self.used.add(make(tool))
+                return LoopSymbol(make(tool), real=True)
         elif isinstance(index, ast.Constant) and isinstance(index.value, str):
             tool = index.value
             if not tool or len(tool) > 200 or not tool.isprintable():
@@ -454,19 +451,22 @@ class _Builder:
         if not lo <= len(node.args) <= hi:
             count = str(lo) if lo == hi else f"{lo} to {hi}"
             raise self.refuse(node, f"{name}() takes {count} arguments, got {len(node.args)}")
-        if name == "sum":
+        if name == "sum" and isinstance(node.args[0], ast.GeneratorExp):
             return self.tool_sum(node)
         if isinstance(node.args[0], ast.GeneratorExp):
             raise self.refuse(node.args[0], "a generator is allowed only as sum(... for t in tools)")
         if name == "where":
             c, a, b = node.args
             cond = self.cond(self.visit(c), c)
-            return self.make(node, sympy.Piecewise, (self.num(self.visit(a), a), cond),
-                             (self.num(self.visit(b), b), True))
+            return self.make(node, Where, cond, self.num(self.visit(a), a), self.num(self.visit(b), b))
+        if name == "count":
+            # count(c): c is a condition (a number counts where non-zero); counted as its 0/1 indicator.
+            (c,) = node.args
+            return self.group(node, name, self.num(self.cond(self.visit(c), c), c))
         args = [self.num(self.visit(a), a) for a in node.args]
-        if name == "min":
+        if name == "min" and len(args) > 1:
             return self.make(node, sympy.Min, *args)
-        if name == "max":
+        if name == "max" and len(args) > 1:
             return self.make(node, sympy.Max, *args)
         if name == "clip":
             x, lo_, hi_ = args
@@ -474,24 +474,33 @@ class _Builder:
         (x,) = args
         if name == "abs":
             return self.make(node, sympy.Abs, x)
-        if name in ("exp", "log"):
+        if name in _TRANSCENDENTAL:
             return self.transcendental(node, name, x)
-        # A group operator of something that is the same for every rollout of the group.
-        if not self.per_rollout(x):
-            return x if name == "mean" else sympy.Integer(0)
-        return self.make(node, GROUP_FUNCTIONS[name], x)
+        return self.group(node, name, x)
+
+    def group(self, node: ast.AST, name: str, x: sympy.Expr) -> sympy.Basic:
+        """A group operator; of something the same for every rollout of the group, folded now."""
+        if self.per_rollout(x):
+            return self.make(node, GROUP_FUNCTIONS[name], x)
+        if name in ("mean", "max", "min"):
+            return x
+        if name in ("sum", "count"):  # count's argument is already its 0/1 indicator
+            self.used.add(GROUP_SIZE)
+            return self.make(node, sympy.Mul, symbol(GROUP_SIZE), x)
+        return sympy.Integer(0)  # minmax, zscore, rank of a group of equal values
 
     def transcendental(self, node: ast.AST, name: str, x: sympy.Expr) -> sympy.Basic:
+        math_fn, sympy_fn = _TRANSCENDENTAL[name]
         if _const(x):
             v = float(x)
             if name == "log" and v <= 0:
                 raise self.refuse(node, f"log of a non-positive constant in `{_snippet(node)}`")
             try:
                 # Folded in float64 now: no symbolic towers like exp(exp(exp(10))) for sympy to compare.
-                return self.check(sympy.Float(math.exp(v) if name == "exp" else math.log(v)), node)
+                return self.check(sympy.Float(math_fn(v)), node)
             except OverflowError:
                 raise self.refuse(node, f"the constant `{_snippet(node)}` is too large") from None
-        return self.make(node, sympy.exp if name == "exp" else sympy.log, x)
+        return self.make(node, sympy_fn, x)
 
     def tool_sum(self, node: ast.Call) -> sympy.Basic:
         gen = node.args[0]

@@ -20,13 +20,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import sympy
 
-from orchlib.reward.compile import Program, compile_program, run_program
+from orchlib.reward.compile import BY_TOOL, Program, compile_program, has_nested_tool_sum, run_program
 from orchlib.reward.errors import RewardFileError, RewardSyntaxError, RewardValueError
 from orchlib.reward.features import (PreferenceLike, as_preference, features, group_tools,
                                      preference_table, preference_value)
 from orchlib.reward.file import Located, RewardSpec, check_term_name, read_spec
-from orchlib.reward.names import is_p_name, latex_name, symbol, tool_of
+from orchlib.reward.forms import LoopSymbol
+from orchlib.reward.names import GROUP_SIZE, calls_name, is_feature_name, is_p_name, latex_name, p_tool_name, symbol, tool_of
 from orchlib.reward.parse import Parsed, parse
+from orchlib.shipped import shipped_path
 from orchlib.reward.rowwise import evaluate_rows
 from orchlib.tasks import Preference
 
@@ -90,9 +92,11 @@ class Reward:
 
     @classmethod
     def load(cls, path: str | os.PathLike, tools: Sequence[str] | None = None) -> "Reward":
-        """Read a reward file; a malformed one raises RewardFileError `FILE:LINE: field: problem`."""
+        """Read a reward file; a malformed one raises RewardFileError `FILE:LINE: field: problem`.
+        `rewards/NAME.yaml` falls back to the shipped file when no such file is here."""
+        path = shipped_path(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:  # a ValueError, not an OSError: say which file and where
             line = e.object[:e.start].count(b"\n") + 1
             raise RewardFileError(str(path), line, "file", f"not UTF-8 text (byte 0x{e.object[e.start]:02x} "
@@ -169,31 +173,50 @@ class Reward:
     def program(self, tools: Sequence[str] = ()) -> Program:
         """The reward compiled for a tool set (cached per set).
 
-        Raises RewardSyntaxError in the rare case where the expansion over these tools is refused
-        (a constant summed over the tools leaving the range 1e±300).
+        A sum over tools compiles as one vectorised evaluation over a tool axis (see compile.py); a
+        step holding a sum nested in another is compiled from its form expanded over the tools.
+        Raises RewardSyntaxError in the rare case where that expansion is refused (a constant summed
+        over the tools leaving the range 1e±300).
         """
         key = tuple(tools) if self.uses_tool_sum else ()
         if key not in self._programs:
-            names = list(self.term_sources)
-            try:
-                parsed = {name: parse(self.term_sources[name], terms=names[:i], tools=key)
-                          for i, name in enumerate(names)}
-                parsed[_REWARD] = parse(self.source, terms=names, tools=key)
-            except RewardSyntaxError as e:
-                # The generic form was accepted at load; expanded over these tools a constant can still
-                # leave the allowed range, e.g. sum(1e300 for t in tools) with two tools.
-                raise RewardSyntaxError(f"expanded over tools {list(key)}: {e.message}", e.position) from e
-            inputs = set().union(*(p.symbols for p in parsed.values()))
-            program = compile_program([(n, p.expr) for n, p in parsed.items()], key, sorted(inputs))
+            named: list[tuple[str, sympy.Expr]] = []
+            inputs: set[str] = set()
+            for name, generic in self._generic.items():
+                if has_nested_tool_sum(generic.expr):
+                    parsed = self._expanded(key)[name]
+                    named.append((name, parsed.expr))
+                    inputs |= parsed.symbols
+                    continue
+                named.append((name, generic.expr))
+                loops = {x.name for x in generic.expr.free_symbols if isinstance(x, LoopSymbol)}
+                inputs |= generic.symbols - loops
+                for kind, make in (("calls[", calls_name), ("P.tools[", p_tool_name)):
+                    if any(n.startswith(kind) for n in loops):
+                        inputs |= {make(t) for t in key}
+            program = compile_program(named, key, sorted(inputs))
             if len(self._programs) >= _MAX_PROGRAMS:
                 self._programs.pop(next(iter(self._programs)))
             self._programs[key] = program
         return self._programs[key]
 
+    def _expanded(self, tools: tuple[str, ...]) -> dict[str, Parsed]:
+        """Every term and the reward parsed with the sums expanded over `tools`."""
+        names = list(self.term_sources)
+        try:
+            parsed = {name: parse(self.term_sources[name], terms=names[:i], tools=tools)
+                      for i, name in enumerate(names)}
+            parsed[_REWARD] = parse(self.source, terms=names, tools=tools)
+        except RewardSyntaxError as e:
+            # The generic form was accepted at load; expanded over these tools a constant can still
+            # leave the allowed range, e.g. sum(1e300 for t in tools) with two tools.
+            raise RewardSyntaxError(f"expanded over tools {list(tools)}: {e.message}", e.position) from e
+        return parsed
+
     def expression_for(self, tools: Sequence[str]) -> sympy.Expr:
         """The whole reward as sympy with the sums expanded over `tools`."""
-        program = self.program(tools)
-        return _flatten({s.name: s for s in program.steps}, attr="expr")
+        key = tuple(tools) if self.uses_tool_sum else ()
+        return _flatten(self._expanded(key))
 
     def _tool_set(self, feature_names: Any, prefs: Sequence[Preference]) -> tuple[str, ...]:
         if not self.uses_tool_sum:
@@ -248,7 +271,7 @@ class Reward:
             prefs = [as_preference(Ps[i], self.preference) for i in idx]
             tools = self._tool_set({f"calls[{t}]" for i in idx for t in group_tools(groups[i])}, prefs)
             program = self.program(tools)
-            names = [n for n in program.inputs if not is_p_name(n)]
+            names = [n for n in program.inputs if is_feature_name(n)]
             stacked = [features(groups[i], names) for i in idx]
             values = {n: np.stack([f[n] for f in stacked]) for n in names}
             if not values:  # a reward that reads no feature still needs the batch's shape
@@ -270,7 +293,7 @@ class Reward:
             contributions = {n: reward - self._evaluate_group(group, P, zero=n, check=False)[0][_REWARD][0]
                              for n in names}
         shown = {n: np.array(np.broadcast_to(v, full[_REWARD].shape)[0], dtype=np.float64)
-                 for n, v in inputs.items()}
+                 for n, v in inputs.items() if not n.startswith("_")}
         return Explanation(reward.copy(), values, contributions, shown)
 
     def reference(self, group: Sequence[Any], P: PreferenceLike = None) -> np.ndarray:
@@ -280,10 +303,13 @@ class Reward:
         tools = self._tool_set({f"calls[{t}]" for t in group_tools(group)}, [pref])
         expr = self.expression_for(tools)
         names = sorted(s.name for s in expr.free_symbols)
-        feats = features(group, [n for n in names if not is_p_name(n)])
+        feats = features(group, [n for n in names if is_feature_name(n)])
+        _check_inputs(feats, "rollout")
         rows = [{n: float(v[i]) for n, v in feats.items()} for i in range(len(group))]
-        p_values = {n: preference_value(pref, n, self.preference) for n in names if is_p_name(n)}
-        return evaluate_rows(expr, rows, p_values)
+        per_group = {n: preference_value(pref, n, self.preference) for n in names if is_p_name(n)}
+        _check_inputs({n: np.array([v]) for n, v in per_group.items()}, "P")
+        per_group[GROUP_SIZE] = float(len(group))
+        return evaluate_rows(expr, rows, per_group)
 
     # --- internals --------------------------------------------------------------------------------
 
@@ -295,7 +321,7 @@ class Reward:
             raise RewardValueError("a group needs at least one rollout")
         pref = as_preference(P, self.preference)
         program = self.program(self._tool_set({f"calls[{t}]" for t in group_tools(group)}, [pref]))
-        feats = features(group, [n for n in program.inputs if not is_p_name(n)])
+        feats = features(group, [n for n in program.inputs if is_feature_name(n)])
         shape = (1, len(group))
         arrays = {n: v[None, :] for n, v in feats.items()}
         inputs = self._inputs(program, arrays, [pref], shape)
@@ -327,19 +353,30 @@ class Reward:
                     distinct.append(p)
                 index[i] = slot[id(p)]
             table = preference_table(distinct, p_names, self.preference)
+            _check_inputs({name: table[index, j] for j, name in enumerate(p_names)}, "group")
             for j, name in enumerate(p_names):
                 # One P for all groups is a scalar; one per group is a column (n, 1). A numpy scalar,
                 # not a float: `0.0 ** -1` must give inf (reported later), not raise ZeroDivisionError.
                 inputs[name] = table[0, j] if len(prefs) == 1 else table[index, j][:, None]
+        given: dict[str, Any] = {}
         for name in program.inputs:
             if is_p_name(name):
                 continue
-            if name in arrays:
-                inputs[name] = arrays[name]
+            if name == GROUP_SIZE:
+                inputs[name] = float(shape[1])
+            elif name in arrays:
+                inputs[name] = given[name] = arrays[name]
             elif tool_of(name) is not None:
                 inputs[name] = np.zeros(shape)  # a tool nobody called
             else:
                 raise RewardValueError(f"the reward reads `{name}` but no values were given for it")
+        _check_inputs(given, "(group, rollout)")
+        reads = {a for step in program.steps for a in step.args}
+        if BY_TOOL["calls["] in reads:
+            inputs[BY_TOOL["calls["]] = _stack([inputs[calls_name(t)] for t in program.tools], shape)
+        if BY_TOOL["P.tools["] in reads:
+            lead = (1, 1) if len(prefs) == 1 else (shape[0], 1)
+            inputs[BY_TOOL["P.tools["]] = _stack([inputs[p_tool_name(t)] for t in program.tools], lead)
         return inputs
 
     def _check_finite(self, reward: np.ndarray) -> None:
@@ -391,6 +428,36 @@ def _flatten(parts: Mapping[str, Any], attr: str = "expr") -> sympy.Expr:
 def _latex(expr: sympy.Expr, loops: frozenset[str]) -> str:
     names = {s: latex_name(s.name, loops) for s in expr.free_symbols if s.name not in loops}
     return sympy.latex(expr, symbol_names=names)
+
+
+def _check_inputs(values: Mapping[str, Any], index: str) -> None:
+    """Refuse NaN and ±inf in what the reward reads, naming the input and where it is.
+
+    A non-finite input is reported even when the formula would not use it in that rollout (a NaN
+    outcome under `where(outcome >= 1, ..., 0)` would otherwise score 0 without a word).
+    """
+    for name, value in values.items():
+        array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        bad = ~np.isfinite(array)
+        if bad.any():
+            where = [tuple(int(i) for i in ix) if len(ix) > 1 else int(ix[0]) for ix in np.argwhere(bad)[:10]]
+            first = array[tuple(np.argwhere(bad)[0])]
+            raise RewardValueError(f"input `{name}` is {first} at {index} {where}"
+                                   f"{' ...' if bad.sum() > 10 else ''}: a reward never scores NaN or "
+                                   f"infinite inputs (fix or drop those rollouts)")
+
+
+def _stack(parts: Sequence[Any], lead: tuple[int, int]) -> Any:
+    """Per-tool values stacked on a leading tool axis: (k, *lead); numpy or torch like the parts."""
+    if parts and any(hasattr(p, "detach") for p in parts):
+        import torch
+
+        like = next(p for p in parts if hasattr(p, "detach"))
+        return torch.stack([torch.broadcast_to(torch.as_tensor(p, dtype=torch.float64, device=like.device), lead)
+                            for p in parts])
+    if not parts:
+        return np.zeros((0, *lead))
+    return np.stack([np.broadcast_to(np.asarray(p, dtype=np.float64), lead) for p in parts])
 
 
 def _common_shape(arrays: Mapping[str, Any]) -> tuple[int, int]:

@@ -4,6 +4,9 @@ Used by tests (the compiled function must agree with it) and by the benchmark (w
 Group operators cannot be evaluated on one row, so the innermost ones are resolved first: their
 argument is evaluated row by row, the operator is applied to those G numbers, and the result is
 substituted back as a per-row number; then the next level, and finally the whole expression per row.
+`where` (forms.Where) picks its branch once its condition has become True or False. A condition
+that compares a NaN cannot be decided (sympy refuses the comparison): that row's value is NaN, as
+the compiled form gives.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import sympy
-from sympy.core.function import AppliedUndef
 from sympy.logic.boolalg import BooleanAtom
 
+from orchlib.reward.forms import GroupOperator
 from orchlib.reward.names import symbol
 from orchlib.reward.ops import GROUP_OPERATORS
 
@@ -22,7 +25,10 @@ __all__ = ["evaluate_rows"]
 
 
 def _row_value(expr: sympy.Basic, subs: Mapping[sympy.Symbol, float]) -> float:
-    value = expr.subs(subs).evalf()
+    try:
+        value = expr.subs(subs).evalf()
+    except TypeError:  # "Invalid NaN comparison": a condition on a NaN decides nothing
+        return float("nan")
     if isinstance(value, BooleanAtom):
         return 1.0 if value else 0.0
     try:
@@ -31,8 +37,8 @@ def _row_value(expr: sympy.Basic, subs: Mapping[sympy.Symbol, float]) -> float:
         return float("nan")
 
 
-def _group_ops(expr: sympy.Basic) -> list[AppliedUndef]:
-    return [f for f in expr.atoms(AppliedUndef) if type(f).__name__ in GROUP_OPERATORS]
+def _group_ops(expr: sympy.Basic) -> list[GroupOperator]:
+    return list(expr.atoms(GroupOperator))
 
 
 def evaluate_rows(expr: sympy.Expr, rows: Sequence[Mapping[str, float]],
