@@ -28,15 +28,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarstring import LiteralScalarString
 
+from orchlib import safeyaml
 from orchlib.atomic import write_text_atomic
+from orchlib.shipped import shipped_path
 
 __all__ = ["KINDS", "Kind", "Price", "Latency", "ToolCard", "CardError", "load_card", "load_cards",
            "save_card", "validate_cards", "card_files"]
@@ -137,6 +137,8 @@ class ToolCard(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema  # ~1 s to import (its URI grammar): paid by the first card, not by `import orchlib`
+
         validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         try:
             validator.check_schema(schema)
@@ -292,12 +294,9 @@ def _read_tree(path: Path) -> CommentedMap:
         raise CardError(path, line, "(file)", f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
                                               f"{e.start})") from None
     try:
-        tree = _yaml().load(text)
-    except MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        raise CardError(path, mark.line + 1 if mark else 0, "(yaml)", e.problem or str(e)) from None
-    except YAMLError as e:
-        raise CardError(path, 0, "(yaml)", str(e).splitlines()[0]) from None
+        tree = safeyaml.load(_yaml(), text)  # bounded nesting and aliases; the line of an unclosed quote
+    except safeyaml.YAMLInputError as e:
+        raise CardError(path, e.line, "(yaml)", e.problem) from None
     if not isinstance(tree, CommentedMap):
         raise CardError(path, 1, "(card)", f"a card is a YAML mapping, got {type(tree).__name__}")
     return tree
@@ -313,8 +312,9 @@ def _check_tree(path: Path, tree: CommentedMap) -> tuple[ToolCard | None, list[C
 
 
 def load_card(path: str | os.PathLike) -> ToolCard:
-    """Read and validate one card file; the first problem raises CardError (file:line: field: problem)."""
-    path = Path(path)
+    """Read and validate one card file; the first problem raises CardError (file:line: field: problem).
+    `toolcards/NAME.yaml` falls back to the shipped card when no such file is here."""
+    path = shipped_path(path)
     card, problems = _check_tree(path, _read_tree(path))
     if problems:
         first = problems[0]
@@ -327,8 +327,8 @@ def load_card(path: str | os.PathLike) -> ToolCard:
 
 def card_files(path_or_folder: str | os.PathLike) -> list[Path]:
     """The card files a path names: the file itself, or a folder's top-level *.yaml / *.yml (sub-folders,
-    such as toolcards/examples/, are not read)."""
-    path = Path(path_or_folder)
+    such as toolcards/examples/, are not read). `toolcards` is the shipped folder when none is here."""
+    path = shipped_path(path_or_folder)
     if path.is_dir():
         return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     if not path.exists():

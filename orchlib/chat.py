@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any, Iterable
 
+from orchlib import safejson
 from orchlib.trajectory import ToolCall
 
 __all__ = [
@@ -127,16 +128,9 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
 def _parse_one(body: str, offset: int) -> ToolCall:
     snippet = body.strip()[:80]
     try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise ToolCallParseError(f"invalid JSON ({e.msg}, column {e.colno})", offset + e.pos, snippet) from None
-    except RecursionError:  # the C decoder gives up near sys.getrecursionlimit() levels
-        raise ToolCallParseError(f"JSON nested deeper than {MAX_DEPTH} levels", offset, snippet) from None
-    except ValueError as e:  # e.g. an integer of more than 4,300 digits (sys.set_int_max_str_digits)
-        raise ToolCallParseError(f"invalid JSON ({e})", offset, snippet) from None
-    problem = _unusable(obj)
-    if problem:
-        raise ToolCallParseError(problem, offset, snippet)
+        obj = safejson.loads(body)
+    except safejson.JSONInputError as e:
+        raise ToolCallParseError(e.message, offset + e.pos, snippet) from None
     if not isinstance(obj, dict):
         raise ToolCallParseError(f"expected a JSON object, got {type(obj).__name__}", offset, snippet)
     extra = set(obj) - {"name", "arguments"}
@@ -149,30 +143,6 @@ def _parse_one(body: str, offset: int) -> ToolCall:
     if not isinstance(args, dict):
         raise ToolCallParseError(f"'arguments' must be a JSON object, got {type(args).__name__}", offset, snippet)
     return ToolCall(name=name, arguments=args)
-
-
-MAX_DEPTH = 64  # arguments nested deeper are refused: later json.dumps and pydantic recurse on them
-
-
-def _unusable(obj: Any) -> str | None:
-    """Why parsed JSON cannot become a ToolCall that is later rendered, stored and re-read, or None.
-    Iterative, so a hostile nesting depth cannot exhaust the stack here."""
-    stack = [(obj, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"JSON nested deeper than {MAX_DEPTH} levels"
-        if isinstance(value, dict):
-            stack.extend((k, depth) for k in value)
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-        elif isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as e:  # a lone surrogate escape such as "\ud800"
-                return f"string holds an unpaired surrogate (\\u{ord(value[e.start]):04x}), not valid Unicode"
-    return None
 
 
 _NAME_KEY = re.compile(r'"name"\s*:\s*"')

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
+
+from orchlib import safeyaml
 
 __all__ = ["ConfigFileError", "load_config"]
 
@@ -25,11 +26,15 @@ def load_config(path: str | os.PathLike, model: type[M]) -> M:
     if not path.is_file():
         raise ConfigFileError(f"{path}: no such file")
     try:
-        tree = YAML(typ="rt").load(path.read_text(encoding="utf-8"))
-    except YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else 0
-        raise ConfigFileError(f"{path}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigFileError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    try:
+        tree = safeyaml.load(YAML(typ="rt"), text)
+    except safeyaml.YAMLInputError as e:
+        raise ConfigFileError(f"{path}:{e.line}: not valid YAML: {e.problem}") from None
     if not isinstance(tree, dict):
         raise ConfigFileError(f"{path}:1: expected a mapping of settings, got {type(tree).__name__}")
     try:

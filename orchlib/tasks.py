@@ -8,7 +8,6 @@ reads the same numbers, so one policy can learn to condition on it.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from orchlib import safejson
 from orchlib.atomic import write_text_atomic
 from orchlib.trajectory import ToolCall
 
@@ -171,8 +171,16 @@ def _sympy(answer: str | None, task: Task, env: Any = None) -> float:
         return 0.0
 
 
+def _judge(answer: str | None, task: Task, env: Any = None) -> float:
+    """An LLM grades the answer against the reference (orchlib.judge: the judge is set there)."""
+    from orchlib.judge import judge_checker
+
+    return judge_checker(answer, task, env)
+
+
 CHECKERS: dict[str, Callable[..., float]] = {
     "exact": _exact, "contains": _contains, "mentions": _mentions, "numeric": _numeric, "sympy": _sympy,
+    "judge": _judge,
 }
 
 
@@ -211,9 +219,11 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
             if not line.strip():
                 continue
             try:
-                task = Task.model_validate(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise TaskFileError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
+                data = safejson.loads(line)  # also refuses nesting, digits and surrogates JSONL cannot carry
+            except safejson.JSONInputError as e:
+                raise TaskFileError(f"{path}:{lineno}: {e.message}") from None
+            try:
+                task = Task.model_validate(data)
             except ValueError as e:
                 errs = getattr(e, "errors", lambda: [])()
                 field = (".".join(str(x) for x in errs[0]["loc"]) or "(task)") if errs else "?"

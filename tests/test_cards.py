@@ -139,7 +139,7 @@ def test_other_card_problems(tmp_path):
     (tmp_path / "array.yaml").write_text("name: arr\nkind: search\ndescription: d\nparameters:\n  type: array\n")
     (tmp_path / "missing.yaml").write_text("name: m\nkind: function\n")
     found = {Path(p.file).name: (p.line, p.field, p.problem) for p in validate_cards(tmp_path, build=False)}
-    assert found["syntax.yaml"][:2] == (3, "(yaml)")
+    assert found["syntax.yaml"][:2] == (2, "(yaml)")  # where the unclosed [ opens
     assert found["list.yaml"] == (1, "(card)", "a card is a YAML mapping, got CommentedSeq")
     assert found["task.yaml"][1] == "(card)" and "input: task is only for model tools" in found["task.yaml"][2]
     assert found["array.yaml"][:2] == (5, "parameters.type")

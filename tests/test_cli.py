@@ -31,7 +31,7 @@ def test_info_runs_offline_in_a_subprocess(policy_cache):
 @pytest.mark.parametrize("text, expected", [
     ("steps: 2\ngrpo:\n  learning_rate: -1\n", "bad.yaml:3: grpo.learning_rate: Input should be greater than 0"),
     ("steps: 2\ngrpo:\n  lr: 0.1\n", "bad.yaml:3: grpo.lr: unknown field"),
-    ("steps: [1, 2\n", "bad.yaml:2: not valid YAML"),
+    ("steps: [1, 2\n", "bad.yaml:1: not valid YAML"),
     ("- 1\n- 2\n", "bad.yaml:1: expected a mapping"),
     ("reward: rewards/nope.yaml\n", "reward: rewards/nope.yaml does not exist"),
 ])

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchlib.chat import MAX_DEPTH, TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls, render_call
+from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls, render_call
 from orchlib.rollout import RolloutConfig, rollout
+from orchlib.safejson import MAX_DEPTH
 from orchlib.tasks import Task
 from orchlib.testing import ScriptedEngine
 from orchlib.tools import Toolbox
 from orchlib.tools.function import FunctionTool
-from orchlib.trajectory import ToolCall
 
 
 def wrap(body: str) -> str:

@@ -55,7 +55,7 @@ def test_file_errors_name_file_line_field():
     assert error_of("name: x\nrewrd: outcome\n") == "r.yaml:2: rewrd: Extra inputs are not permitted"
     assert error_of("name: x\ndoc: y\n") == "r.yaml:1: reward: Field required"
     assert error_of("name: x\nreward: a\nreward: b\n").startswith("r.yaml:3: yaml: found duplicate key")
-    assert error_of("name: x\nreward: [1\n").startswith("r.yaml:3: yaml:")
+    assert error_of("name: x\nreward: [1\n").startswith("r.yaml:2: yaml:")  # where the unclosed [ opens
     assert error_of("name: x\nterms:\n  cost: 1\nreward: 1\n") == \
         "r.yaml:3: terms.cost: `cost` is reserved and cannot name a term"
     assert error_of("name: x\npreference: lavish\nreward: 1\n").startswith(

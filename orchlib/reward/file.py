@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
+from orchlib import safeyaml
 from orchlib.reward.errors import RewardFileError, RewardSyntaxError
 from orchlib.reward.parse import RESERVED
 from orchlib.tasks import PROFILES, Preference
@@ -94,13 +94,9 @@ def _yaml() -> YAML:
 def read_spec(text: str, path: str = "<string>") -> tuple[RewardSpec, Located]:
     """Parse and validate a reward file's text (expressions are parsed later, by Reward)."""
     try:
-        data = _yaml().load(text)
-    except MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 0
-        raise RewardFileError(path, line, "yaml", " ".join(str(e.problem or e.context).split())) from None
-    except YAMLError as e:
-        raise RewardFileError(path, 0, "yaml", " ".join(str(e).split())) from None
+        data = safeyaml.load(_yaml(), text)  # bounded nesting (a RecursionError otherwise) and aliases
+    except safeyaml.YAMLInputError as e:
+        raise RewardFileError(path, e.line, "yaml", e.problem) from None
     where = Located(path, data)
     if not isinstance(data, dict):
         raise RewardFileError(path, 1, "file", "a reward file must be a mapping with at least "
