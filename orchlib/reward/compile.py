@@ -6,11 +6,13 @@ or on torch tensors depending only on the namespace it is given. sympy's own num
 used because it prints `Min(a, b)` as `numpy.amin((a, b), axis=0)`, which fails when a per-group
 value (shape (n, 1)) meets a per-rollout one (shape (n, G)); here every such operation broadcasts.
 
-A sum over tools, `sum(body for t in tools)`, is evaluated once, not once per tool: its loop inputs
-`calls[t]` and `P.tools[t]` become arrays with a leading tool axis, (k, n, G) and (k, n|1, 1), the
-body broadcasts over it (group operators act on the last axis, so each tool is normalised over its
-own group), and `_toolsum` adds the k slices. A sum nested in another sum is expanded instead (the
-caller passes its expanded form).
+A sum over tools, `sum(body for t in tools)`, is compiled once whatever the number of tools: its body
+becomes one inner function of the loop inputs `calls[t]` and `P.tools[t]`, and `_toolsum` calls it
+on each tool's arrays ((n, G) and a scalar or (n, 1)) and adds the results. Each call is vectorised
+over all groups; a loop over k tools costs k Python calls. (One evaluation on arrays stacked on a
+tool axis, (k, n, G), was measured 1.7x slower than this at 100 000 rollouts and 8 tools: its
+temporaries leave the CPU cache.) A sum nested in another sum is expanded instead (the caller
+passes its expanded form).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from orchlib.reward.ops import NUMPY_NAMESPACE, torch_namespace
 
 __all__ = ["Step", "Program", "compile_program", "run_program", "BY_TOOL", "has_nested_tool_sum"]
 
-# Loop input kind → the name of its stacked (tool-axis) array; a leading `_` keeps these apart from
-# every name a reward can write.
+# Loop input kind → the name of its sequence of per-tool values; a leading `_` keeps these apart
+# from every name a reward can write.
 BY_TOOL: dict[str, str] = {"calls[": "_by_tool_calls", "P.tools[": "_by_tool_P_tools"}
 _RELATIONS = {"<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge", "==": "_eq", "!=": "_ne"}
 
@@ -79,7 +81,10 @@ class _Printer(PythonCodePrinter):
         return self._call("_where", *expr.args)
 
     def _print_ToolSum(self, expr: Any) -> str:
-        return self._call("_toolsum", expr.args[0])
+        body = expr.args[0]
+        names = [n for n in BY_TOOL.values() if sympy.Symbol(n, real=True) in body.free_symbols]
+        # The inner lambda's parameters shadow the outer sequences of per-tool values of the same name.
+        return f"_toolsum(lambda {', '.join(names)}: {self._print(body)}, {', '.join(names)})"
 
     def _print_sin(self, expr: Any) -> str:
         return self._call("_sin", *expr.args)
@@ -153,7 +158,7 @@ class Step:
     """One named expression compiled: `fn(*values of args)` → array broadcastable to (n, G).
 
     `expr` is the expression as given (sums over tools whole); `args` name the inputs `fn` takes,
-    `_by_tool_*` being the stacked arrays of a sum's loop inputs (see BY_TOOL).
+    `_by_tool_*` being the sequences of a sum's per-tool inputs, one entry per tool (see BY_TOOL).
     """
 
     name: str

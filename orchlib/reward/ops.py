@@ -44,8 +44,11 @@ def minmax(x: Any) -> np.ndarray:
     x = _group(x)
     lo, hi = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
     spread = hi - lo
-    ok = spread > 0
-    return _poison(x, np.where(ok, (x - lo) / np.where(ok, spread, 1.0), 0.0))
+    # Where max == min every x - lo is exactly 0, so dividing by 1 there gives the 0 we want.
+    out = (x - lo) / np.where(spread > 0, spread, 1.0)  # divided, not times 1/spread: max maps to 1 exactly
+    # min/max carry a NaN or an infinity of the group into `spread`: a check on (n, 1), not on (n, G).
+    finite = np.isfinite(spread)
+    return out if finite.all() else np.where(finite, out, np.nan)
 
 
 def zscore(x: Any) -> np.ndarray:
@@ -115,6 +118,14 @@ def _or(a: Any, b: Any) -> Any:
 
 def _not(a: Any) -> Any:
     return 1.0 - a
+
+
+def _toolsum(body: Callable[..., Any], *per_tool: Any) -> Any:
+    """sum over tools: `body` called on each tool's values (numpy or torch alike); 0 for no tools."""
+    total: Any = 0.0
+    for values in zip(*per_tool):
+        total = total + body(*values)
+    return total
 
 
 # --- torch --------------------------------------------------------------------------------------
@@ -207,7 +218,7 @@ def torch_namespace() -> dict[str, Any]:
         "_lt": comparison(torch.lt), "_le": comparison(torch.le), "_gt": comparison(torch.gt),
         "_ge": comparison(torch.ge), "_eq": comparison(torch.eq), "_ne": comparison(torch.ne),
         "_exp": unary(torch.exp), "_log": unary(torch.log), "_abs": unary(torch.abs), "_sqrt": unary(torch.sqrt),
-        "_sin": unary(torch.sin), "_cos": unary(torch.cos), "_toolsum": lambda x: t(x).sum(dim=0),
+        "_sin": unary(torch.sin), "_cos": unary(torch.cos), "_toolsum": _toolsum,
         "_nan": float("nan"),
     }
 
@@ -226,12 +237,12 @@ GROUP_OPERATORS: dict[str, tuple[Callable[[Any], np.ndarray], str]] = {
 
 # What compiled numpy code calls (see compile.py's printer): group operators (`_group_<name>`, so
 # `max` never shadows a builtin), broadcasting binary min/max so a per-group value (n, 1) meets a
-# per-rollout one (n, G), conditions as 1/0/NaN floats, and `_toolsum` over a leading tool axis.
+# per-rollout one (n, G), conditions as 1/0/NaN floats, and `_toolsum` for sums over tools.
 NUMPY_NAMESPACE: dict[str, Any] = {
     **{f"_group_{name}": fn for name, (fn, _) in GROUP_OPERATORS.items()},
     "_minimum": np.minimum, "_maximum": np.maximum, "_where": _where, "_and": _and, "_or": _or, "_not": _not,
     "_lt": _comparison(np.less), "_le": _comparison(np.less_equal), "_gt": _comparison(np.greater),
     "_ge": _comparison(np.greater_equal), "_eq": _comparison(np.equal), "_ne": _comparison(np.not_equal),
     "_exp": np.exp, "_log": np.log, "_abs": np.abs, "_sqrt": np.sqrt, "_sin": np.sin, "_cos": np.cos,
-    "_toolsum": lambda x: np.sum(x, axis=0), "_nan": np.nan,
+    "_toolsum": _toolsum, "_nan": np.nan,
 }

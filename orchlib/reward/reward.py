@@ -372,11 +372,9 @@ class Reward:
                 raise RewardValueError(f"the reward reads `{name}` but no values were given for it")
         _check_inputs(given, "(group, rollout)")
         reads = {a for step in program.steps for a in step.args}
-        if BY_TOOL["calls["] in reads:
-            inputs[BY_TOOL["calls["]] = _stack([inputs[calls_name(t)] for t in program.tools], shape)
-        if BY_TOOL["P.tools["] in reads:
-            lead = (1, 1) if len(prefs) == 1 else (shape[0], 1)
-            inputs[BY_TOOL["P.tools["]] = _stack([inputs[p_tool_name(t)] for t in program.tools], lead)
+        for kind, make in (("calls[", calls_name), ("P.tools[", p_tool_name)):
+            if BY_TOOL[kind] in reads:  # a sum over tools reads each tool's values in turn
+                inputs[BY_TOOL[kind]] = tuple(inputs[make(t)] for t in program.tools)
         return inputs
 
     def _check_finite(self, reward: np.ndarray) -> None:
@@ -395,7 +393,10 @@ class Reward:
         program = self.program(self._tool_set(tensors, prefs)).for_torch()
         device = next(iter(tensors.values())).device
         inputs = self._inputs(program, tensors, prefs, shape)
-        inputs = {k: torch.as_tensor(v, dtype=torch.float64, device=device) for k, v in inputs.items()}
+        def tensor(v: Any) -> Any:
+            return torch.as_tensor(v, dtype=torch.float64, device=device)
+
+        inputs = {k: tuple(map(tensor, v)) if isinstance(v, tuple) else tensor(v) for k, v in inputs.items()}
         out = run_program(program, inputs)
         reward = torch.broadcast_to(torch.as_tensor(out[_REWARD], dtype=torch.float64, device=device), shape)
         self._check_finite(reward.detach().cpu().numpy())
@@ -445,19 +446,6 @@ def _check_inputs(values: Mapping[str, Any], index: str) -> None:
             raise RewardValueError(f"input `{name}` is {first} at {index} {where}"
                                    f"{' ...' if bad.sum() > 10 else ''}: a reward never scores NaN or "
                                    f"infinite inputs (fix or drop those rollouts)")
-
-
-def _stack(parts: Sequence[Any], lead: tuple[int, int]) -> Any:
-    """Per-tool values stacked on a leading tool axis: (k, *lead); numpy or torch like the parts."""
-    if parts and any(hasattr(p, "detach") for p in parts):
-        import torch
-
-        like = next(p for p in parts if hasattr(p, "detach"))
-        return torch.stack([torch.broadcast_to(torch.as_tensor(p, dtype=torch.float64, device=like.device), lead)
-                            for p in parts])
-    if not parts:
-        return np.zeros((0, *lead))
-    return np.stack([np.broadcast_to(np.asarray(p, dtype=np.float64), lead) for p in parts])
 
 
 def _common_shape(arrays: Mapping[str, Any]) -> tuple[int, int]:
