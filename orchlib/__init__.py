@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     # models and engines
     "build_default_policy": "orchlib.models", "load_policy": "orchlib.models",
     "TransformersEngine": "orchlib.engines", "SamplingParams": "orchlib.engines",
+    "OpenAIPolicy": "orchlib.engines.openai", "APIPolicyConfig": "orchlib.engines.openai",
+    "Judge": "orchlib.judge", "JudgeConfig": "orchlib.judge", "use_judge": "orchlib.judge",
+    "set_judge": "orchlib.judge",
     # rollout, reward, training, evaluation
     "rollout": "orchlib.rollout", "RolloutConfig": "orchlib.rollout",
     "Reward": "orchlib.reward", "RewardSyntaxError": "orchlib.reward",

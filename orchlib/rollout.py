@@ -143,7 +143,13 @@ class _Episode:
 
 def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig = RolloutConfig(),
             group_size: int = 1, seed: int | None = None) -> list[Trajectory]:
-    """Run `group_size` episodes of every task; returns trajectories task-major (task 0's G first)."""
+    """Run `group_size` episodes of every task; returns trajectories task-major (task 0's G first).
+
+    `engine` is a local Engine (token in, token out) or an API policy that speaks messages
+    (`orchlib.engines.openai.OpenAIPolicy`: anything with `chat`), whose episodes run independently,
+    up to its `max_in_flight` at once; its trajectories hold no token ids (`meta["trainable"]` False)."""
+    if callable(getattr(engine, "chat", None)):
+        return run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size))
     tok = engine.tokenizer
     eos = tok.convert_tokens_to_ids(IM_END)
     if eos is None or eos == tok.unk_token_id:
@@ -214,6 +220,75 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
     return [e.traj for e in episodes]
 
 
+async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfig, group_size: int
+                        ) -> list[Trajectory]:
+    """The loop for a policy reached by messages (an API): each episode runs on its own, at most
+    `engine.max_in_flight` at once, so a server's latency overlaps across episodes. Tools, accounting
+    and endings are the local loop's; the policy reads the full OpenAI tool schemas."""
+    import concurrent.futures
+
+    if config.show_preference and config.preference_at == "assistant":
+        raise ValueError('preference_at="assistant" prefills the policy\'s own turn, which an API policy cannot '
+                         'continue; use "system" or "user"')
+    episodes: list[tuple[_Episode, list[dict]]] = []
+    for task in tasks:
+        schemas = tool_schemas(toolbox, task, "full")
+        system = config.system_prompt
+        if config.show_preference and config.preference_at in ("system", "system_end"):  # no template: same place
+            system += "\n" + shown_preference(task).render()
+        start = engine.start(system, user_message(task, config), schemas)
+        for g in range(group_size):
+            ep = _Episode(task, g, [], schemas)
+            ep.traj.meta = {"trainable": False, "policy": engine.name, "requests": 0, "tokens_in": 0,
+                            "tokens_out": 0}
+            episodes.append((ep, list(start)))
+    gate = asyncio.Semaphore(engine.max_in_flight)
+    # Checkers run in threads: one that calls a model (the LLM judge) must not stall the other episodes.
+    with concurrent.futures.ThreadPoolExecutor(min(engine.max_in_flight, 32), "orchlib-score") as pool:
+        async with engine.session() as client:
+            async def run(ep: _Episode, messages: list[dict]) -> None:
+                async with gate:
+                    reason = await _chat_episode(ep, messages, engine, client, toolbox, config)
+                    await asyncio.get_running_loop().run_in_executor(pool, _finish, ep, reason)
+
+            await asyncio.gather(*(run(ep, messages) for ep, messages in episodes))
+    return [ep.traj for ep, _ in episodes]
+
+
+async def _chat_episode(ep: _Episode, messages: list[dict], engine, client, toolbox, config: RolloutConfig) -> str:
+    """Turns until an answer, a `final` tool or `max_turns`; returns the finish reason."""
+    while True:
+        reply = await engine.chat(messages, ep.schemas, client)
+        meta = ep.traj.meta
+        meta["requests"] += 1
+        meta["tokens_in"] += reply.tokens_in
+        meta["tokens_out"] += reply.tokens_out
+        turn = Turn(text=reply.text, gen_latency_s=reply.seconds, latency_s=reply.seconds,
+                    tokens_out=reply.tokens_out, cost_usd=reply.cost_usd)
+        ep.traj.turns.append(turn)
+        if reply.error is not None:  # the request failed after its retries: counted; the turn is spent
+            _record(ep, turn, [reply.error])
+        elif not reply.calls:
+            ep.traj.final_answer = reply.content
+            return "length" if reply.finish_reason == "length" else "answer"
+        else:
+            calls = [c.call for c in reply.calls if c.call is not None]
+            turn.calls = calls
+            ep.calls.update(c.name for c in calls)
+            results = iter(await _call_tools(ep, calls, toolbox, config))
+            obs = [next(results) if c.call is not None else
+                   Observation(content=f"Error: {c.error}", error=c.error, error_kind="malformed_call")
+                   for c in reply.calls]
+            _record(ep, turn, obs)
+            final = next((o for o in obs if o.final and not o.error), None)
+            if final is not None:
+                ep.traj.final_answer = final.content
+                return "final_tool"
+            messages += reply.followup([_shown(o, config.max_observation_chars) for o in obs])
+        if len(ep.traj.turns) >= config.max_turns:
+            return "max_turns"
+
+
 def _shown(obs: Observation, limit: int) -> str:
     text = obs.content if not obs.error or obs.error in obs.content else f"Error ({obs.error_kind}): {obs.error}"
     return text if len(text) <= limit else text[:limit] + " …[truncated]"
@@ -221,34 +296,42 @@ def _shown(obs: Observation, limit: int) -> str:
 
 def _run_tools(pending, toolbox, config: RolloutConfig) -> None:
     """All calls of all trajectories this turn, concurrently; fills observations, cost and latency."""
-    from orchlib.tools.base import ToolContext
-
-    async def one(ep: _Episode, turn: Turn, calls):
-        if not calls:
-            return []
-        ctx = ToolContext(task_id=ep.task.id, prompt=ep.task.prompt, category=ep.task.category,
-                          answer=ep.task.answer, messages=ep.messages(), env=ep.env,
-                          seed=ep.traj.group_index)
-        # a tool the task does not offer is unknown to this episode, even if the toolbox has it
-        offered = [c for c in calls if ep.task.tools is None or c.name in ep.task.tools]
-        results = iter(await toolbox.call_many(offered, ctx, timeout_s=config.tool_timeout_s,
-                                               max_parallel=config.max_parallel) if offered else [])
-        return [next(results) if ep.task.tools is None or c.name in ep.task.tools else _not_offered(c, ep.task)
-                for c in calls]
-
     async def all_():
-        return await asyncio.gather(*(one(ep, turn, calls) for ep, turn, calls in pending))
+        return await asyncio.gather(*(_call_tools(ep, calls, toolbox, config) for ep, _, calls in pending))
 
     results = run_sync(all_()) if pending else []
-    if config.tool_latency == "declared":
-        results = [[_declared(o, toolbox, ep) for o in obs] for (ep, _, _), obs in zip(pending, results)]
     for (ep, turn, _), obs in zip(pending, results):
-        for o in obs:
-            if o.error_kind:
-                ep.errors[o.error_kind] += 1
-        turn.observations += obs
-        turn.cost_usd += sum(o.cost_usd for o in turn.observations)
-        turn.latency_s = turn.gen_latency_s + max((o.latency_s for o in turn.observations), default=0.0)
+        _record(ep, turn, obs)
+
+
+async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> list[Observation]:
+    """One episode's calls of one turn, concurrently; observations in the order of `calls`."""
+    from orchlib.tools.base import ToolContext
+
+    if not calls:
+        return []
+    ctx = ToolContext(task_id=ep.task.id, prompt=ep.task.prompt, category=ep.task.category,
+                      answer=ep.task.answer, messages=ep.messages(), env=ep.env,
+                      seed=ep.traj.group_index)
+    # a tool the task does not offer is unknown to this episode, even if the toolbox has it
+    offered = [c for c in calls if ep.task.tools is None or c.name in ep.task.tools]
+    results = iter(await toolbox.call_many(offered, ctx, timeout_s=config.tool_timeout_s,
+                                           max_parallel=config.max_parallel) if offered else [])
+    obs = [next(results) if ep.task.tools is None or c.name in ep.task.tools else _not_offered(c, ep.task)
+           for c in calls]
+    if config.tool_latency == "declared":
+        obs = [_declared(o, toolbox, ep) for o in obs]
+    return obs
+
+
+def _record(ep: _Episode, turn: Turn, obs: list[Observation]) -> None:
+    """A turn's observations: errors counted, cost added, latency = generation + slowest call."""
+    for o in obs:
+        if o.error_kind:
+            ep.errors[o.error_kind] += 1
+    turn.observations += obs
+    turn.cost_usd += sum(o.cost_usd for o in turn.observations)
+    turn.latency_s = turn.gen_latency_s + max((o.latency_s for o in turn.observations), default=0.0)
 
 
 def _not_offered(call, task: Task) -> Observation:

@@ -1,0 +1,276 @@
+"""An orchestrator behind any OpenAI-compatible chat-completions endpoint: the paper's prompted
+baselines (GPT-5, Claude Opus 4.1, Qwen3-235B given the same tools) or a model served by vLLM,
+SGLang, llama.cpp or Ollama, over the same tasks, tools, preferences and reward as a trained one.
+
+    policy = OpenAIPolicy(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B")
+    trajectories = rollout(tasks, toolbox, policy, config, group_size=8)
+
+Message in, message out — not token in, token out: the server samples, so there are no token ids and
+no log-probs. Its trajectories have the same type as a local policy's, with empty `ids`/`mask` and
+`meta["trainable"] = False`; evaluation, viz and the widgets read them as they are.
+
+- Tools are the cards' OpenAI export, sent as `tools` (`tool_calling="native"`); calls are read from
+  the reply's `tool_calls`, and from `<tool_call>` text when a server writes them as text. Results go
+  back as `tool` messages (or, for calls written as text, as `<tool_response>` blocks in a user
+  message, the Qwen convention). `tool_calling="text"` lists the tools in the system message instead,
+  for servers without function calling.
+- Accounting: the policy's tokens come from each response's `usage` and are priced by its `price`
+  (from its card when built from one); a turn's generation time is the request's measured wall time,
+  retries included.
+- Failures: the request goes through the `llm` tool's client (`orchlib.tools.llm.post_chat`: retries
+  on 429/5xx and dropped connections with backoff, a timeout per request). A request that still fails
+  is a counted error of the turn (`tool_failure` or `timeout`, on tool "" — "(policy)" in reports); the
+  turn is spent and the episode goes on. A call whose arguments are not a JSON object is a counted
+  `malformed_call`; the model reads why.
+
+What the rollout uses (`orchlib.rollout` runs any object with these): `name`, `max_in_flight`,
+`start(system, user, tools) -> messages`, `session()` (an async context giving the HTTP client of one
+rollout) and `async chat(messages, tools, client) -> ChatReply`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchlib.cards import Price, ToolCard, load_card
+from orchlib.chat import (TOOL_RESPONSE, TOOL_RESPONSE_END, TOOLS_HEADER, ToolCallParseError, parse_tool_calls,
+                          render_assistant)
+from orchlib.tools.base import ToolError, approx_tokens
+from orchlib.tools.llm import LLMSettings, chat_body, post_chat
+from orchlib.trajectory import Observation, ToolCall
+
+__all__ = ["APIPolicyConfig", "OpenAIPolicy", "ChatReply", "PolicyCall"]
+
+# Request settings an APIPolicyConfig may set; they override a card's backend when both are given.
+_REQUEST_FIELDS = ("api_key_env", "temperature", "max_tokens", "timeout_s", "max_retries", "backoff_s",
+                   "max_backoff_s", "extra_body")
+
+
+class APIPolicyConfig(BaseModel):
+    """Where the policy is served and how it is priced: a card, or `base_url` + `model`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str | None = Field(None, description="label in tables and reports; default: the model name")
+    card: str | None = Field(None, description="an `llm` card (client openai) whose backend and price describe "
+                                               "the endpoint; the request fields below override its backend")
+    base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1")
+    model: str | None = Field(None, description="model name at the endpoint")
+    price: Price | None = Field(None, description="USD per million input/output tokens, applied to each "
+                                                  "response's `usage`; default free (a local server)")
+    tool_calling: Literal["native", "text"] = Field(
+        "native", description="native: `tools` in the request, `tool_calls` in the reply (OpenAI, vLLM with a "
+                              "tool parser, SGLang, Ollama); text: tools listed in the system message and calls "
+                              "written as <tool_call> text, for servers without function calling")
+    max_in_flight: int = Field(64, ge=1, description="episodes running at once; a server's batch is what bounds "
+                                                     "throughput, so this is usually the server's concurrency")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key (never the key)")
+    temperature: float | None = Field(None, ge=0, description="None: the server's default")
+    max_tokens: int | None = Field(None, gt=0, description="output cap per turn; None: the server's default")
+    timeout_s: float | None = Field(None, gt=0, description="per request; default the llm tool's 60 s")
+    max_retries: int | None = Field(None, ge=0, description="after a 429/5xx or dropped connection; default 3")
+    backoff_s: float | None = Field(None, ge=0, description="first retry waits this, then doubling; default 1 s")
+    max_backoff_s: float | None = Field(None, ge=0, description="cap on one wait; default 30 s")
+    extra_body: dict[str, Any] | None = Field(None, description="more request fields (e.g. reasoning_effort)")
+
+    @model_validator(mode="after")
+    def _card_or_endpoint(self) -> APIPolicyConfig:
+        if self.card is not None:
+            if self.base_url is not None or self.model is not None or self.price is not None:
+                raise ValueError("give either card or base_url/model/price, not both (the card holds them)")
+        elif not self.base_url or not self.model:
+            raise ValueError("an API policy needs base_url and model (or a card)")
+        return self
+
+
+@dataclass
+class PolicyCall:
+    """One call the policy asked for; `call` is None when it could not be read (`error` says why)."""
+
+    call: ToolCall | None
+    error: str | None = None
+    id: str | None = None  # the server's tool_call id, for native calls
+
+
+@dataclass
+class ChatReply:
+    """One assistant turn of an API policy, with its accounting."""
+
+    text: str                            # the turn as a reader sees it (calls rendered as a local policy writes them)
+    content: str = ""                    # text outside calls: the answer when there are no calls
+    calls: list[PolicyCall] = field(default_factory=list)
+    native: bool = False                 # calls came in `tool_calls` (results go back as `tool` messages)
+    message: dict[str, Any] = field(default_factory=dict)  # the assistant message sent back next turn
+    finish_reason: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    error: Observation | None = None     # the request itself failed after its retries
+
+    def followup(self, shown: list[str]) -> list[dict[str, Any]]:
+        """The messages that continue the conversation: this turn, then what each call returned
+        (`shown`, one text per entry of `calls`, in order)."""
+        if len(shown) != len(self.calls):
+            raise ValueError(f"{len(shown)} results for {len(self.calls)} calls")
+        if self.native:
+            return [self.message] + [{"role": "tool", "tool_call_id": c.id, "content": s}
+                                     for c, s in zip(self.calls, shown)]
+        body = "".join(f"\n{TOOL_RESPONSE}\n{s}\n{TOOL_RESPONSE_END}" for s in shown)
+        return [self.message, {"role": "user", "content": body.lstrip("\n")}]
+
+
+class OpenAIPolicy:
+    """A policy served over HTTP. Keyword arguments are APIPolicyConfig's fields."""
+
+    trainable = False
+
+    def __init__(self, config: APIPolicyConfig | None = None, **fields: Any):
+        if config is not None and fields:
+            raise TypeError("pass an APIPolicyConfig or its fields, not both")
+        self.config = config or APIPolicyConfig(**fields)
+        c = self.config
+        request = {k: getattr(c, k) for k in _REQUEST_FIELDS if getattr(c, k) is not None}
+        if c.card is not None:
+            card = load_card(c.card)
+            self.settings, self.price = _card_settings(card, request), card.price
+        else:
+            self.settings = LLMSettings(client="openai", model=c.model, base_url=c.base_url, **request)
+            self.price = c.price or Price()
+        self.name = c.name or self.settings.model
+        key = self.settings.api_key_env
+        if key and not os.environ.get(key):  # every request would fail; say so before the first one
+            raise ValueError(f"{self.name}: environment variable {key} (the API key) is not set")
+        self.max_in_flight = c.max_in_flight
+
+    @classmethod
+    def from_card(cls, card: str | Path, **fields: Any) -> OpenAIPolicy:
+        return cls(APIPolicyConfig(card=str(card), **fields))
+
+    def __repr__(self) -> str:
+        return f"OpenAIPolicy({self.name!r}, {self.settings.base_url}, {self.config.tool_calling})"
+
+    # ------------------------------------------------------------------------------ conversation
+    def start(self, system: str, user: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The first messages. In text mode the tools are listed in the system message, as the local
+        chat template lists them."""
+        if self.config.tool_calling == "text" and tools:
+            system += TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + "\n</tools>"
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def session(self) -> httpx.AsyncClient:
+        """One pooled client per rollout (connections are reused across its requests); use as
+        `async with policy.session() as client`."""
+        n = self.max_in_flight
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.settings.timeout_s),
+                                 limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                   client: httpx.AsyncClient | None = None) -> ChatReply:
+        """One turn. Never raises for the server's failures: they come back as `ChatReply.error`."""
+        body = chat_body(self.settings, messages)
+        if self.config.tool_calling == "native" and tools:
+            body["tools"] = tools
+        t0 = time.perf_counter()
+        try:
+            response = await post_chat(self.settings, body, client)
+            data = _json(response, self.settings.model)
+        except ToolError as e:
+            seconds = time.perf_counter() - t0
+            # The time spent is the turn's generation time; the observation adds none of its own.
+            return ChatReply(text="", seconds=seconds, error=Observation(
+                content=f"error: {e}", error=str(e), error_kind=e.kind))  # type: ignore[arg-type]
+        seconds = time.perf_counter() - t0
+        reply = self._read(data, messages)
+        reply.seconds = seconds
+        reply.cost_usd = self.price.cost(reply.tokens_in, reply.tokens_out)
+        return reply
+
+    def _read(self, data: dict[str, Any], messages: list[dict[str, Any]]) -> ChatReply:
+        choice = data["choices"][0]
+        msg = choice.get("message") or {}
+        content = msg.get("content") or ""
+        raw_calls = msg.get("tool_calls") or []
+        if raw_calls:
+            calls = [_native_call(tc) for tc in raw_calls]
+            sent = [dict(tc, id=c.id) if isinstance(tc, dict) else  # each `tool` result names its call's id
+                    {"id": c.id, "type": "function", "function": {"name": "unreadable", "arguments": "{}"}}
+                    for tc, c in zip(raw_calls, calls)]
+            message = {"role": "assistant", "content": content or None, "tool_calls": sent}
+            text = render_assistant(content, [c.call for c in calls if c.call is not None])
+            reply = ChatReply(text=text, content=content, calls=calls, native=True, message=message)
+        else:
+            try:
+                outside, parsed = parse_tool_calls(content)
+                calls = [PolicyCall(c) for c in parsed]
+            except ToolCallParseError as e:
+                outside, calls = content, [PolicyCall(None, str(e))]
+            reply = ChatReply(text=content, content=outside, calls=calls,
+                              message={"role": "assistant", "content": content})
+        reply.finish_reason = str(choice.get("finish_reason") or "")
+        usage = data.get("usage") or {}
+        # Without `usage` (some local servers) the counts are estimated, so the turn is still priced.
+        reply.tokens_in = int(usage.get("prompt_tokens") or approx_tokens(json.dumps(messages)))
+        reply.tokens_out = int(usage.get("completion_tokens") or approx_tokens(content + json.dumps(raw_calls)))
+        return reply
+
+
+def _card_settings(card: ToolCard, request: dict[str, Any]) -> LLMSettings:
+    where = card.source or f"<card {card.name}>"
+    if card.kind != "llm":
+        raise ValueError(f"{where}: an API policy needs an `llm` card, not kind {card.kind!r}")
+    settings = LLMSettings.model_validate(card.backend)
+    if settings.client != "openai":
+        raise ValueError(f"{where}: backend.client: an API policy needs client openai, not {settings.client!r}")
+    return settings.model_copy(update=request)
+
+
+def _json(response: httpx.Response, model: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+        if not isinstance(data["choices"][0], dict):
+            raise TypeError("choices[0] is not an object")
+        return data
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
+        raise ToolError(f"{model}: unexpected response ({type(e).__name__}): {response.text[:300]}") from None
+
+
+def _native_call(tc: Any) -> PolicyCall:
+    """One `tool_calls` entry; its `arguments` is a JSON string (OpenAI) or already an object (Ollama)."""
+    if not isinstance(tc, dict) or not isinstance(tc.get("function"), dict):
+        return PolicyCall(None, f"malformed tool call: expected {{'function': {{...}}}}, got {str(tc)[:80]!r}",
+                          _call_id(tc))
+    fn, call_id = tc["function"], _call_id(tc)
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        return PolicyCall(None, "malformed tool call: 'name' must be a non-empty string", call_id)
+    args = fn.get("arguments")
+    if args is None or args == "":
+        args = {}
+    elif isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError as e:
+            return PolicyCall(None, f"malformed tool call: arguments of {name!r} are not valid JSON "
+                                    f"({e.msg}, column {e.colno}) in {args[:80]!r}", call_id)
+        except (RecursionError, ValueError) as e:  # absurd nesting, a 5,000-digit integer
+            return PolicyCall(None, f"malformed tool call: arguments of {name!r} are unusable JSON "
+                                    f"({type(e).__name__})", call_id)
+    if not isinstance(args, dict):
+        return PolicyCall(None, f"malformed tool call: arguments of {name!r} must be a JSON object, "
+                                f"got {type(args).__name__}", call_id)
+    return PolicyCall(ToolCall(name=name, arguments=args), None, call_id)
+
+
+def _call_id(tc: Any) -> str:
+    # A `tool` message must name the call it answers; a server that sent no id gets one made up here.
+    got = tc.get("id") if isinstance(tc, dict) else None
+    return got if isinstance(got, str) and got else f"call_{uuid.uuid4().hex[:12]}"
