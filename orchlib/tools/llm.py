@@ -4,8 +4,9 @@ Two clients (`backend.client`):
 - `openai`: any OpenAI-compatible chat-completions endpoint over HTTP (OpenAI, vLLM, SGLang, llama.cpp,
   Ollama...). The API key is read at call time from the environment variable the card names, never
   from the card. 429 and 5xx answers and dropped connections are retried with exponential backoff
-  (honouring Retry-After); a request that exceeds `timeout_s` is a "timeout" observation and is not
-  retried. Tokens come from the response's `usage` and are priced by the card.
+  (honouring Retry-After); a request that takes longer than `timeout_s` in all (a server trickling
+  bytes included) is a "timeout" observation and is not retried. Tokens come from the response's
+  `usage` and are priced by the card.
 - `transformers`: a local causal LM (hub id or folder, loaded once per process), greedy unless a
   temperature is set. Generation runs in a worker thread, which cannot be interrupted: after a timeout
   the result is dropped but generation runs to `max_tokens`.
@@ -47,7 +48,7 @@ class LLMSettings(BaseModel):
                                    "(reasoning models want extra_body.max_completion_tokens instead)")
     temperature: float | None = Field(None, ge=0, description="None: the server's default (openai), "
                                       "greedy (transformers)")
-    timeout_s: float = Field(60.0, gt=0, description="openai: per request (connect, read, write)")
+    timeout_s: float = Field(60.0, gt=0, description="openai: per request, the whole of it (not per read)")
     max_retries: int = Field(3, ge=0, description="openai: retries after a 429/5xx or dropped connection")
     backoff_s: float = Field(1.0, ge=0, description="openai: first retry waits this, then doubling")
     max_backoff_s: float = Field(30.0, ge=0, description="openai: cap on one wait, Retry-After included")
@@ -126,8 +127,11 @@ async def _post_retrying(s: LLMSettings, client: httpx.AsyncClient, headers: dic
     last = ""
     for attempt in range(s.max_retries + 1):
         try:
-            response = await client.post(url, headers=headers, json=body, timeout=s.timeout_s)
-        except httpx.TimeoutException:
+            # httpx's timeout bounds each read, so a server trickling a byte a second never trips it:
+            # the deadline covers the whole request, headers and body.
+            async with asyncio.timeout(s.timeout_s):
+                response = await client.post(url, headers=headers, json=body, timeout=s.timeout_s)
+        except (httpx.TimeoutException, TimeoutError):
             raise ToolError(f"{s.model}: no answer from {url} within {s.timeout_s:g} s", kind="timeout") from None
         except httpx.TransportError as e:  # refused or dropped connection: worth another try
             last, wait = f"{type(e).__name__}: {e}", _backoff(s, attempt, None)
