@@ -24,6 +24,7 @@ when the task names one, else the one installed by `use_judge` / `set_judge`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -176,6 +177,7 @@ class Judge:
         self.stats = JudgeStats()
         self.errors: list[dict[str, Any]] = []
         self._cache: dict[tuple[str, str, str], Grade] = {}
+        self._asking: dict[tuple[str, str, str], threading.Event] = {}  # grades whose request is in flight
         self._lock = threading.Lock()  # checkers run in threads (orchlib.rollout scores API episodes so)
         self.fingerprint = hashlib.sha256(json.dumps(
             [self.tool.settings.base_url, self.name, c.prompt]).encode()).hexdigest()[:16]
@@ -192,10 +194,34 @@ class Judge:
         key = (question, answer, reference)
         with self._lock:
             self.stats.grades += 1
-            hit = self._cache.get(key)
+            hit = self._hit(key)
             if hit is not None:
-                self.stats.cache_hits += 1
-                return Grade(**{**asdict(hit), "cached": True})
+                return hit
+            asking = self._asking.get(key)
+            if asking is None:
+                self._asking[key] = threading.Event()
+        if asking is not None:  # the same triple is being graded now (the G rollouts of one task): wait
+            await asyncio.to_thread(asking.wait)
+            with self._lock:
+                hit = self._hit(key)
+            if hit is not None:
+                return hit
+            return await self._ask(key)  # that request failed: ask again, as a later call would
+        try:
+            return await self._ask(key)
+        finally:
+            with self._lock:
+                self._asking.pop(key).set()
+
+    def _hit(self, key: tuple[str, str, str]) -> Grade | None:
+        hit = self._cache.get(key)
+        if hit is None:
+            return None
+        self.stats.cache_hits += 1
+        return Grade(**{**asdict(hit), "cached": True})
+
+    async def _ask(self, key: tuple[str, str, str]) -> Grade:
+        question, answer, reference = key
         text = self.prompt_for(question, answer, reference)
         tool = self.tool
         args = {} if tool.card.input == "task" else {tool.settings.argument: text}
@@ -227,8 +253,6 @@ class Judge:
 
     def grade_many(self, items: Sequence[tuple[str, str, str]], max_in_flight: int = 16) -> list[Grade]:
         """Grade (question, answer, reference) triples concurrently, at most `max_in_flight` at once."""
-        import asyncio
-
         async def all_() -> list[Grade]:
             gate = asyncio.Semaphore(max_in_flight)
 
