@@ -399,3 +399,61 @@ def test_the_request_carries_the_key_from_the_environment_and_the_settings(serve
     [body], [headers] = model.requests, model.headers
     assert headers["authorization"] == "Bearer sk-secret"
     assert body["temperature"] == 0.0 and body["max_tokens"] == 64 and body["reasoning_effort"] == "low"
+
+
+# ---------------------------------------------------------------------------------------------- orchlib eval
+def test_eval_compares_api_policies_in_one_table_graded_by_the_judge(serve, tmp_path, capsys):
+    from orchlib.cli import main
+    from orchlib.tasks import save_tasks
+
+    def respond(body):
+        if body["messages"][0]["role"] != "system":  # the judge: its prompt is a single user message
+            said = body["messages"][-1]["content"].split("[response]: ")[1].split("\n")[0]
+            return reply("GRADE: CORRECT" if said == "100" else "GRADE: INCORRECT", usage=(300, 10))
+        return reply("100" if body["model"] == "good" else "7")
+
+    model = Model(respond)
+    url = serve(model)
+    tasks = tmp_path / "tasks.jsonl"
+    save_tasks([Task(id=f"q{i}", prompt="What is 4*25?", answer="100", checker="judge") for i in range(3)], tasks)
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"""policies:
+  - name: good
+    api: {{base_url: "{url}", model: good, price: {{per_m_input: 2, per_m_output: 8}}}}
+  - name: bad
+    api: {{base_url: "{url}", model: bad, tool_calling: text}}
+tasks: {tasks}
+judge: {{base_url: "{url}", model: grader, price: {{per_m_input: 1}}}}
+out: {tmp_path / "out"}
+""")
+    assert main(["eval", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("good ", "bad "))}
+    assert rows["good"][1:3] == ["3", "1.000"] and rows["bad"][1:3] == ["3", "0.000"]
+    assert rows["good"][3] == f"{(100 * 2 + 10 * 8) / 1e6:.5f}" and rows["bad"][3] == "0.00000"
+    # one grade per distinct (question, answer, reference): two requests for six episodes
+    assert "judge grader: 6 grades (4 from cache, 2 requests), 0 errors, $0.0006" in out
+    assert read_jsonl(tmp_path / "out" / "good" / "trajectories.jsonl")[0].meta["trainable"] is False
+    assert (tmp_path / "out" / "judge_cache.json").is_file()
+
+    # the same with flags, and the cache of the first run answers every grade
+    before = len(model.requests)
+    assert main(["eval", "--policy", "none", "--policy-endpoint", url, "--model", "good", "--tasks", str(tasks),
+                 "--judge-endpoint", url, "--judge-model", "grader", "--out", str(tmp_path / "out")]) == 0
+    assert "judge grader: 3 grades (3 from cache, 0 requests)" in capsys.readouterr().out
+    assert len(model.requests) == before + 3  # the policy's three episodes only
+
+
+def test_eval_rejects_half_an_endpoint_and_bad_files(tmp_path, capsys):
+    from orchlib.cli import main
+
+    assert main(["eval", "--policy-endpoint", "http://127.0.0.1:9/v1"]) == 2
+    assert "--policy-endpoint and --model go together" in capsys.readouterr().err
+    bad = tmp_path / "eval.yaml"
+    bad.write_text("policies:\n  - name: x\n    api: {model: m}\n")
+    assert main(["eval", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:3:" in err and "base_url and model" in err
+    bad.write_text("policies:\n  - name: x\n    local: tiny\n    api: {base_url: 'http://x/v1', model: m}\n")
+    assert main(["eval", "--config", str(bad)]) == 2
+    assert "exactly one of local or api" in capsys.readouterr().err

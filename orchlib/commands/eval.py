@@ -1,18 +1,90 @@
-"""`orchlib eval`: run a policy (and the baselines) over a task set; print the table, save the numbers."""
+"""`orchlib eval`: run policies (and the baselines) over a task set; print one table, save the numbers.
+
+Policies are a local one (`--policy`: a trained checkpoint, a model folder or a hub id) and any number
+of prompted ones served over an OpenAI-compatible API (`--policy-endpoint URL --model NAME`, or several
+in a `--config` file), so one table compares a trained orchestrator with GPT-5, Claude or a model
+behind vLLM on the same tasks, tools, preferences and reward. Tasks with `checker: judge` are graded
+by the judge given with `--judge-endpoint`/`--judge-model` (or `judge:` in the file); its cost is
+printed apart from the policies'.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchlib.cards import Price
+from orchlib.engines.openai import APIPolicyConfig
+from orchlib.judge import JudgeConfig
+
+
+class PolicySpec(BaseModel):
+    """One row of the table: a local policy (`local`) or one served over an API (`api`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(description="the row's label and the folder its report is saved in")
+    local: str | None = Field(None, description="'tiny'/'small', a model folder, a hub id or a checkpoint folder")
+    api: APIPolicyConfig | None = Field(None, description="an OpenAI-compatible endpoint (see APIPolicyConfig)")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> PolicySpec:
+        if (self.local is None) == (self.api is None):
+            raise ValueError("give exactly one of local or api")
+        return self
+
+
+class EvalFileConfig(BaseModel):
+    """`orchlib eval --config FILE`: the command's settings as YAML (the flags are then not used)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policies: list[PolicySpec] = Field(min_length=1, description="rows of the table, in order")
+    tasks: str | None = Field(None, description="tasks JSONL; default the orchestra-mini test split")
+    suite_seed: int = 0
+    cards: str = "toolcards"
+    reward: str = "rewards/toolorchestra.yaml"
+    baselines: bool = Field(False, description="also the four fixed-routing baselines")
+    tool_schema: Literal["full", "compact"] = Field("full", description="how tools are listed to local policies")
+    judge: JudgeConfig | None = Field(None, description="grades the tasks whose checker is 'judge'")
+    out: str = "out/eval"
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> EvalFileConfig:
+        names = [p.name for p in self.policies]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"policy names must be unique: {', '.join(twice)} used twice")
+        return self
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate a policy and the baselines on tasks",
-                       description="Runs the policy on every task (default: the orchestra-mini test split) "
+    p = sub.add_parser("eval", help="evaluate policies (local and API) and the baselines on tasks",
+                       description="Runs each policy on every task (default: the orchestra-mini test split) "
                                    "and, with --baselines, always-strongest, always-cheapest, random and the "
-                                   "oracle. Writes metrics.json, table.txt and trajectories.jsonl per policy.")
+                                   "oracle. Writes metrics.json, table.txt and trajectories.jsonl per policy. "
+                                   "Example with an API model: orchlib eval --policy-endpoint "
+                                   "https://api.openai.com/v1 --model gpt-5 --api-key-env OPENAI_API_KEY")
+    p.add_argument("--config", default=None, help="YAML file with the settings below and several policies "
+                                                  "(examples/eval_api.yaml); the other flags are then not used")
     p.add_argument("--policy", default="tiny",
-                   help="'tiny'/'small', a model folder, a Hugging Face id, or a training checkpoint folder")
+                   help="'tiny'/'small', a model folder, a Hugging Face id, a training checkpoint folder, "
+                        "or 'none' for API policies only")
+    p.add_argument("--policy-endpoint", default=None, metavar="URL",
+                   help="an OpenAI-compatible endpoint serving a policy to compare (e.g. http://127.0.0.1:8000/v1)")
+    p.add_argument("--model", default=None, help="the model name at --policy-endpoint")
+    p.add_argument("--api-key-env", default=None, help="environment variable holding its API key")
+    p.add_argument("--price-in", type=float, default=0.0, help="its USD per million input tokens")
+    p.add_argument("--price-out", type=float, default=0.0, help="its USD per million output tokens")
+    p.add_argument("--tool-calling", choices=["native", "text"], default="native",
+                   help="native: the API's function calling; text: <tool_call> text for servers without it")
+    p.add_argument("--max-in-flight", type=int, default=64, help="its episodes running at once")
+    p.add_argument("--judge-endpoint", default=None, metavar="URL", help="an OpenAI-compatible endpoint "
+                                                                       "for the judge of checker 'judge'")
+    p.add_argument("--judge-model", default=None, help="the judge's model name")
+    p.add_argument("--judge-api-key-env", default=None, help="environment variable holding the judge's key")
     p.add_argument("--tasks", default=None, help="tasks JSONL (default: orchestra-mini test split)")
     p.add_argument("--suite-seed", type=int, default=0)
     p.add_argument("--cards", default="toolcards", help="folder of tool cards")
@@ -24,40 +96,113 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+def settings(args: argparse.Namespace) -> EvalFileConfig:
+    """The flags (or the --config file) as one validated settings object; bad input is a UsageError."""
+    from orchlib.cli import UsageError
+    from orchlib.configfile import ConfigFileError, load_config
+
+    if args.config:
+        try:
+            return load_config(args.config, EvalFileConfig)
+        except ConfigFileError as e:
+            raise UsageError(str(e)) from None
+    if (args.policy_endpoint is None) != (args.model is None):
+        raise UsageError("--policy-endpoint and --model go together")
+    if (args.judge_endpoint is None) != (args.judge_model is None):
+        raise UsageError("--judge-endpoint and --judge-model go together")
+    try:
+        policies = [PolicySpec(name="policy", local=args.policy)] if args.policy != "none" else []
+        if args.policy_endpoint:
+            api = APIPolicyConfig(base_url=args.policy_endpoint, model=args.model, api_key_env=args.api_key_env,
+                                  price=Price(per_m_input=args.price_in, per_m_output=args.price_out),
+                                  tool_calling=args.tool_calling, max_in_flight=args.max_in_flight)
+            policies.append(PolicySpec(name=args.model, api=api))
+        judge = (JudgeConfig(base_url=args.judge_endpoint, model=args.judge_model, api_key_env=args.judge_api_key_env)
+                 if args.judge_endpoint else None)
+        return EvalFileConfig(policies=policies, tasks=args.tasks, suite_seed=args.suite_seed, cards=args.cards,
+                              reward=args.reward, baselines=args.baselines, tool_schema=args.tool_schema,
+                              judge=judge, out=args.out)
+    except ValueError as e:  # pydantic's ValidationError is one
+        errs = getattr(e, "errors", lambda: [])()
+        raise UsageError(errs[0]["msg"].removeprefix("Value error, ") if errs else str(e)) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from orchlib.cli import UsageError
-    from orchlib.engines import TransformersEngine
+    from orchlib.commands._output import writable_folder
     from orchlib.evaluate import EVAL_ROLLOUT, compare, evaluate, reward_across
-    from orchlib.models import PolicyLoadError, build_default_policy, load_policy
+    from orchlib.models import PolicyLoadError
     from orchlib.reward import Reward, RewardFileError
     from orchlib.tasks import TaskFileError, load_tasks
     from orchlib.tools import CardError, Toolbox
 
+    cfg = settings(args)
     try:
-        if args.tasks:
-            tasks = load_tasks(args.tasks)
+        if cfg.tasks:
+            tasks = load_tasks(cfg.tasks)
         else:
             from orchlib.envs import make_suite
 
-            tasks = make_suite(args.suite_seed).test
-        toolbox, reward = Toolbox.load(args.cards), Reward.load(args.reward)
-        policy = Path(args.policy)
-        if (policy / "policy").is_dir():  # a training checkpoint
-            policy = policy / "policy"
-        model, tok = (build_default_policy(args.policy) if args.policy in ("tiny", "small")
-                      else load_policy(policy if policy.exists() else args.policy))
-    except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError) as e:
+            tasks = make_suite(cfg.suite_seed).test
+        toolbox, reward = Toolbox.load(cfg.cards), Reward.load(cfg.reward)
+        policies = {p.name: _policy(p) for p in cfg.policies}
+    except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
-    config = EVAL_ROLLOUT.model_copy(update={"tool_schema": args.tool_schema})
-    reports = {"policy": evaluate(TransformersEngine(model, tok), tasks, toolbox, reward, config, name="policy")}
-    if args.baselines:
-        from orchlib.baselines import make_baselines
+    writable_folder(cfg.out, "--out")  # before minutes of rollouts, not at the first save
+    config = EVAL_ROLLOUT.model_copy(update={"tool_schema": cfg.tool_schema})
+    with _judging(cfg.judge, cfg.out) as judge:
+        reports = {name: evaluate(engine, tasks, toolbox, reward, config, name=name)
+                   for name, engine in policies.items()}
+        if cfg.baselines:
+            from orchlib.baselines import make_baselines
 
-        engines = make_baselines(tasks, toolbox, tok, config=config)
-        reports.update({n: evaluate(e, tasks, toolbox, reward, config, name=n) for n, e in engines.items()})
-    out = Path(args.out)
+            tok = next((e.tokenizer for e in policies.values() if hasattr(e, "tokenizer")), None)
+            if tok is None:  # API policies only: the baselines write their calls with the tiny tokenizer
+                from orchlib.models import build_default_policy
+
+                tok = build_default_policy("tiny")[1]
+            engines = make_baselines(tasks, toolbox, tok, config=config)
+            reports.update({n: evaluate(e, tasks, toolbox, reward, config, name=n) for n, e in engines.items()})
+    out = Path(cfg.out)
     for name, report in reports.items():
         report.save(out / name)
     print(compare(reports, extra={"reward*": reward_across(reports, reward)}))
     print(f"\n* ToolOrchestra-style reward grouped across the policies per task. Saved under {out}/")
+    if judge is not None:
+        judge.save_cache()
+        print(f"judge {judge.name}: {judge.stats} — not in the policies' cost. Cache: {judge.config.cache}")
+        if judge.errors:
+            print(f"  {len(judge.errors)} grades failed and were scored 0, e.g.: {judge.errors[0]['error']}")
     return 0
+
+
+def _policy(spec: PolicySpec) -> Any:
+    """The engine of one row: a TransformersEngine over the local model, or an OpenAIPolicy."""
+    if spec.api is not None:
+        from orchlib.engines.openai import OpenAIPolicy
+
+        return OpenAIPolicy(spec.api.model_copy(update={"name": spec.api.name or spec.name}))
+    from orchlib.engines import TransformersEngine
+    from orchlib.models import build_default_policy, load_policy
+
+    policy = Path(spec.local)
+    if (policy / "policy").is_dir():  # a training checkpoint
+        policy = policy / "policy"
+    model, tok = (build_default_policy(spec.local) if spec.local in ("tiny", "small")
+                  else load_policy(policy if policy.exists() else spec.local))
+    return TransformersEngine(model, tok)
+
+
+@contextlib.contextmanager
+def _judging(config: JudgeConfig | None, out: str) -> Iterator[Any]:
+    """The judge of checker 'judge' for the run, its grades cached beside the results by default."""
+    if config is None:
+        yield None
+        return
+    from orchlib.judge import Judge, use_judge
+
+    if config.cache is None:
+        config = config.model_copy(update={"cache": str(Path(out) / "judge_cache.json")})
+    judge = Judge(config)
+    with use_judge(judge):
+        yield judge
