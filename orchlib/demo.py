@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.chat import IM_END, TOOL_CALL
 from orchlib.rollout import RolloutConfig
+from orchlib.shipped import shipped_dir
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall
 
@@ -54,8 +55,8 @@ READING_PAIR: dict[str, str] = {"accuracy": "gpt4", "thrifty": "specialist"}
 READING_SETTINGS: dict[str, int] = {"reading_drills": 800, "sft_steps": 450}
 # How every call starts, up to the tool's name (chat.render_call's layout): the choice is the next id.
 CALL_OPENING = TOOL_CALL + '\n{"name": "'
-# rewards/ sits beside the package in a source checkout or editable install (as toolcards/ does)
-REWARD_FILE = Path(__file__).resolve().parents[1] / "rewards" / "toolorchestra.yaml"
+# the shipped reward file (package data: found in a wheel as in a checkout)
+REWARD_FILE = shipped_dir("rewards") / "toolorchestra.yaml"
 
 DEMO_ROLLOUT = RolloutConfig(
     max_turns=2, max_new_tokens=40, tool_schema="compact", tool_latency="declared",

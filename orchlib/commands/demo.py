@@ -13,10 +13,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="SFT warm start → GRPO with rewards/toolorchestra.yaml under the 'accuracy' and "
                                    "'thrifty' profiles → evaluation against the baselines. Writes report.html, "
                                    "metrics.json and trajectories.jsonl into --out. About 5 minutes on 2 cores.")
-    p.add_argument("--steps", type=int, default=d.steps, help=f"GRPO steps (default {d.steps})")
-    p.add_argument("--size", default=d.size, choices=["tiny", "small"], help="default policy size")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--out", default=d.out, help=f"output folder (default {d.out})")
+    p.add_argument("--config", default=None, help="YAML file of DemoConfig fields (any of them; the flags below "
+                                                   "override it)")
+    p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default {d.steps})")
+    p.add_argument("--size", default=None, choices=["tiny", "small"], help=f"default policy size (default {d.size})")
+    p.add_argument("--seed", type=int, default=None, help=f"default {d.seed}")
+    p.add_argument("--out", default=None, help=f"output folder (default {d.out})")
     p.add_argument("--reading-drills", action="store_true",
                    help="add preference-reading drills to phase 2 of the warm start (and lengthen it): "
                         "measured in docs/training.md; about 60 s more")
@@ -25,17 +27,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from(args: argparse.Namespace):
-    """The DemoConfig the parsed flags ask for."""
+    """The DemoConfig the parsed flags ask for: the --config file's fields, then the flags given."""
+    from orchlib.cli import UsageError
+    from orchlib.configfile import ConfigFileError, load_config
     from orchlib.demo import READING_SETTINGS, DemoConfig
 
+    try:
+        base = load_config(args.config, DemoConfig) if args.config else DemoConfig()
+    except ConfigFileError as e:
+        raise UsageError(str(e)) from None
+    flags = {k: getattr(args, k) for k in ("steps", "size", "seed", "out") if getattr(args, k) is not None}
     extra = READING_SETTINGS if args.reading_drills else {}
-    return DemoConfig(steps=args.steps, size=args.size, seed=args.seed, out=args.out, **extra)
+    return DemoConfig.model_validate({**base.model_dump(), **extra, **flags})  # validated, unlike model_copy
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchlib.commands._output import writable_folder
     from orchlib.demo import run_demo
 
-    result = run_demo(config_from(args), progress=not args.quiet)
+    config = config_from(args)
+    writable_folder(config.out, "--out")  # before minutes of training, not at the final write
+    result = run_demo(config, progress=not args.quiet)
     print(result.table)
     print(f"\nwrote {result.out}/report.html, metrics.json, trajectories.jsonl")
     return 0

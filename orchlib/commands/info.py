@@ -13,13 +13,16 @@ PACKAGES = ["orchlib", "torch", "transformers", "accelerate", "peft", "sympy", "
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("info", help="versions, default policy, tool cards and reward files found")
     p.add_argument("--size", default="tiny", choices=["tiny", "small"], help="default policy size to build/load")
-    p.add_argument("--cards", default="toolcards", help="folder of tool cards (default: ./toolcards)")
-    p.add_argument("--rewards", default="rewards", help="folder of reward files (default: ./rewards)")
+    p.add_argument("--cards", default="toolcards",
+                   help="folder of tool cards (default: ./toolcards, else the shipped cards)")
+    p.add_argument("--rewards", default="rewards",
+                   help="folder of reward files (default: ./rewards, else the shipped files)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from orchlib.models import cache_dir, count_parameters, timed_build
+    from orchlib.shipped import shipped_path
 
     print(f"python        {platform.python_version()} ({platform.machine()})")
     for name in PACKAGES:
@@ -35,12 +38,12 @@ def run(args: argparse.Namespace) -> int:
     _, _, again = timed_build(args.size)
     print(f"policy        default-{args.size}: {count_parameters(model):,} parameters, vocab {len(tok)}; "
           f"built/loaded in {secs:.2f} s, from cache in {again:.2f} s ({cache_dir()})")
-    _list("tool cards", Path(args.cards), "*.yaml")
-    _list("rewards", Path(args.rewards), "*.yaml")
+    _list("tool cards", shipped_path(args.cards), "*.yaml")
+    _list("rewards", shipped_path(args.rewards), "*.yaml")
     return 0
 
 
 def _list(label: str, folder: Path, pattern: str) -> None:
     files = sorted(folder.glob(pattern)) if folder.is_dir() else []
-    names = ", ".join(f.stem for f in files) or f"none found in {folder}/"
-    print(f"{label:<13} {len(files)}: {names}")
+    names = ", ".join(f.stem for f in files) or "none found"
+    print(f"{label:<13} {len(files)} in {folder}: {names}")

@@ -1,7 +1,29 @@
-"""Generation backends behind one small interface (see base.Engine)."""
+"""Generation backends behind one small interface (see base.Engine).
+
+The transformers engine loads torch: it is imported on first use, so `import orchlib.engines` (and
+the rollout loop, which needs only the interface) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from orchlib.engines.base import Engine, GenerateResult, Generation, SamplingParams
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.engines.transformers import TransformersEngine
 
-__all__ = ["Engine", "GenerateResult", "Generation", "SamplingParams", "ScriptedEngine", "TransformersEngine"]
+# name -> module, for engines whose import is heavy (torch, transformers, vllm, httpx)
+_LAZY: dict[str, str] = {
+    "TransformersEngine": "orchlib.engines.transformers",
+    "OpenAIPolicy": "orchlib.engines.openai", "APIPolicyConfig": "orchlib.engines.openai",
+}
+
+__all__ = ["Engine", "GenerateResult", "Generation", "SamplingParams", "ScriptedEngine", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'orchlib.engines' has no attribute {name!r}")

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.cards import ToolCard, load_cards
 from orchlib.envs import shop
+from orchlib.shipped import shipped_dir
 from orchlib.tasks import PROFILES, Golden, Preference, Task, save_tasks
 from orchlib.trajectory import ToolCall
 
@@ -192,8 +193,8 @@ def _shop(seed: int) -> Callable[[random.Random, int], list[Task]]:
 
 # ---------------------------------------------------------------------------------------------- cards, P
 def default_toolcards() -> Path:
-    """The toolcards/ folder next to the package (a source checkout or an editable install)."""
-    return Path(__file__).resolve().parents[2] / "toolcards"
+    """The shipped toolcards/ folder (package data: there in a wheel as in a checkout)."""
+    return shipped_dir("toolcards")
 
 
 def shop_cards() -> list[ToolCard]:

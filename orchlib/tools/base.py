@@ -21,7 +21,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, Coroutine, TypeVar
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchlib.cards import ToolCard
@@ -77,6 +76,8 @@ class Tool:
             self.settings = self.Settings.model_validate(card.backend)
         except ValidationError as e:
             raise card.errors_from(e, ("backend",))[0] from None
+        import jsonschema  # slow to import; the card that built this tool has loaded it already
+
         validator_cls = jsonschema.validators.validator_for(card.parameters,
                                                             default=jsonschema.Draft202012Validator)
         self._validator = validator_cls(card.parameters)
@@ -95,6 +96,8 @@ class Tool:
         """None when the arguments fit the card's schema, else a message saying where and why not."""
         if not isinstance(arguments, dict):
             return f"arguments must be a JSON object, got {type(arguments).__name__}"
+        import jsonschema
+
         error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
         if error is None:
             return None

@@ -1,0 +1,97 @@
+"""The demo's learning bars, seed by seed: the full `orchlib demo` per seed, one table.
+
+    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4          # ~5 min a seed on 2 cores
+    .venv/bin/python benchmarks/bench_demo.py --seeds 0 --steps 20       # a quicker look
+
+What a training run learns turns on float rounding, which differs from one CPU to the next, so these
+bars are measured here (on several seeds, with their spread) and not asserted by the test suite; the
+suite runs a shortened demo that checks the machinery. Each seed runs in its own process, as
+`orchlib demo --seed S` would, and writes into --out/seed-S/. The table's margins are the orchestrator's
+lead over the baseline named in each bar; the last rows are their mean and spread over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_seed(seed: int, out: Path, steps: int | None) -> dict:
+    cmd = [sys.executable, "-m", "orchlib.cli", "demo", "--seed", str(seed), "--out", str(out), "--quiet"]
+    if steps is not None:
+        cmd += ["--steps", str(steps)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"seed {seed}: `{' '.join(cmd)}` failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    m = json.loads((out / "metrics.json").read_text())
+    m["bench_wall_s"] = time.perf_counter() - start
+    return m
+
+
+def row(m: dict) -> dict:
+    """The numbers each bar stands for, recomputed from metrics.json."""
+    across, pol = m["reward_across"], m["policies"]
+    by_cat = m["controllability_by_category"]["orchestrator"]
+    return {
+        "seed": m["seed"],
+        "bars": f"{sum(m['checks'].values())}/{len(m['checks'])}",
+        "ctrl": m["controllability_points"],
+        **{f"ctrl {c}": v for c, v in sorted(by_cat.items())},
+        "thrifty margin": across["orchestrator"]["thrifty"] - across["strongest"]["thrifty"],
+        "accuracy margin": pol["orchestrator"]["all"]["accuracy"] - pol["cheapest"]["all"]["accuracy"],
+        "reward first10": m["reward_first10"], "reward last10": m["reward_last10"],
+        "well-formed %": 100 * m["format"]["well_formed_turns"],
+        "copied %": 100 * m["format"]["arithmetic_copy_exact"],
+        **{f"{k} s": v for k, v in m["wall_s"].items()},
+        "total s": m["wall_total_s"],
+    }
+
+
+def table(rows: list[dict]) -> str:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    numeric = [k for k in keys if all(isinstance(r.get(k), (int, float)) for r in rows) and k != "seed"]
+    body = [[_fmt(r.get(k)) for k in keys] for r in rows]
+    if len(rows) > 1:
+        for name, fn in (("mean", statistics.fmean), ("spread (sd)", statistics.stdev)):
+            body.append([name if k == "seed" else (_fmt(fn([r[k] for r in rows])) if k in numeric else "")
+                         for k in keys])
+    widths = [max(len(k), *(len(b[i]) for b in body)) for i, k in enumerate(keys)]
+    lines = ["  ".join(k.rjust(w) for k, w in zip(keys, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+    return "" if v is None else str(v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
+    ap.add_argument("--out", default="out/bench_demo", help="one folder per seed inside")
+    args = ap.parse_args(argv)
+    rows = []
+    for seed in args.seeds:
+        m = run_seed(seed, Path(args.out) / f"seed-{seed}", args.steps)
+        rows.append(row(m))
+        fails = [k for k, ok in m["checks"].items() if not ok]
+        print(f"seed {seed}: {rows[-1]['bars']} bars" + (f" (failed: {', '.join(fails)})" if fails else ""),
+              f"in {m['bench_wall_s']:.0f} s", flush=True)
+    print()
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
