@@ -25,6 +25,7 @@ import sympy
 from sympy.printing.pycode import PythonCodePrinter
 
 from orchlib.reward.forms import GroupOperator, LoopSymbol, ToolSum
+from orchlib.reward.names import GROUP_SIZE
 from orchlib.reward.ops import NUMPY_NAMESPACE, torch_namespace
 
 __all__ = ["Step", "Program", "compile_program", "run_program", "BY_TOOL", "has_nested_tool_sum"]
@@ -32,6 +33,7 @@ __all__ = ["Step", "Program", "compile_program", "run_program", "BY_TOOL", "has_
 # Loop input kind → the name of its sequence of per-tool values; a leading `_` keeps these apart
 # from every name a reward can write.
 BY_TOOL: dict[str, str] = {"calls[": "_by_tool_calls", "P.tools[": "_by_tool_P_tools"}
+_SIZED = ("sum", "count")  # group operators that also take the group size
 _RELATIONS = {"<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge", "==": "_eq", "!=": "_ne"}
 
 
@@ -128,7 +130,10 @@ class _Printer(PythonCodePrinter):
     def _print_Function(self, expr: Any) -> str:
         # sympy's printer skips intermediate classes of a Function, so group operators land here.
         if isinstance(expr, GroupOperator):
-            return self._call(f"_group_{type(expr).__name__}", *expr.args)
+            name = type(expr).__name__
+            if name in _SIZED:  # see ops.group_sum: a per-group value counts G times
+                return f"_group_{name}({self._print(expr.args[0])}, {GROUP_SIZE})"
+            return self._call(f"_group_{name}", *expr.args)
         raise NotImplementedError(f"no compiled form for `{type(expr).__name__}`")
 
     def _print_not_supported(self, expr: Any) -> str:
@@ -191,7 +196,9 @@ def compile_program(named: Sequence[tuple[str, sympy.Expr]], tools: tuple[str, .
     steps = []
     for name, expr in named:
         lowered = _vectorise(expr, len(tools))
-        args = tuple(sorted(s.name for s in lowered.free_symbols))
+        sized = any(type(op).__name__ in _SIZED for op in lowered.atoms(GroupOperator))
+        args = tuple(sorted({s.name for s in lowered.free_symbols} | ({GROUP_SIZE} if sized else set())))
+        inputs = [*inputs, GROUP_SIZE] if sized and GROUP_SIZE not in inputs else inputs
         syms = [sympy.Symbol(a, real=True) for a in args]
         fn = sympy.lambdify(syms, lowered, modules=[dict(namespace)], printer=_Printer(), docstring_limit=0)
         steps.append(Step(name, expr, args, fn))

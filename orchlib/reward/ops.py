@@ -83,13 +83,20 @@ def group_min(x: Any) -> np.ndarray:
     return _group(x).min(axis=-1, keepdims=True)
 
 
-def group_sum(x: Any) -> np.ndarray:
-    return _group(x).sum(axis=-1, keepdims=True)
+# `sum` and `count` depend on how many rollouts share a value. A value the same for the whole group
+# arrives with a last axis of 1 ((n, 1), e.g. `mean(x) > 0`), so the group size G is passed in.
 
-
-def count(x: Any) -> np.ndarray:
+def group_sum(x: Any, G: float | None = None) -> np.ndarray:
     x = _group(x)
-    return _poison(x, (x != 0).sum(axis=-1, keepdims=True).astype(np.float64))
+    if G is not None and x.shape[-1] == 1:
+        return x * G
+    return x.sum(axis=-1, keepdims=True)
+
+
+def count(x: Any, G: float | None = None) -> np.ndarray:
+    x = _group(x)
+    width = G if G is not None and x.shape[-1] == 1 else 1.0
+    return _poison(x, (x != 0).sum(axis=-1, keepdims=True) * float(width))
 
 
 # --- conditions ---------------------------------------------------------------------------------
@@ -175,12 +182,14 @@ def torch_namespace() -> dict[str, Any]:
     def t_min(x: Any) -> "torch.Tensor":
         return group(x).amin(dim=-1, keepdim=True)
 
-    def t_sum(x: Any) -> "torch.Tensor":
-        return group(x).sum(dim=-1, keepdim=True)
-
-    def t_count(x: Any) -> "torch.Tensor":
+    def t_sum(x: Any, G: float | None = None) -> "torch.Tensor":
         x = group(x)
-        return poison(x, (x != 0).sum(dim=-1, keepdim=True).to(torch.float64))
+        return x * G if G is not None and x.shape[-1] == 1 else x.sum(dim=-1, keepdim=True)
+
+    def t_count(x: Any, G: float | None = None) -> "torch.Tensor":
+        x = group(x)
+        width = G if G is not None and x.shape[-1] == 1 else 1.0
+        return poison(x, (x != 0).sum(dim=-1, keepdim=True).to(torch.float64) * float(width))
 
     def like(x: Any, other: Any) -> "torch.Tensor":
         # A constant from the printed code joins a tensor on that tensor's device (GPU included).

@@ -26,7 +26,9 @@ __all__ = ["evaluate_rows"]
 
 def _row_value(expr: sympy.Basic, subs: Mapping[sympy.Symbol, float]) -> float:
     try:
-        value = expr.subs(subs).evalf()
+        # All inputs at once (xreplace): `subs` would replace one symbol at a time, and 0/0 could
+        # become 0 * (1/latency) = 0 before latency is 0.
+        value = expr.xreplace(subs).evalf()
     except TypeError:  # "Invalid NaN comparison": a condition on a NaN decides nothing
         return float("nan")
     if isinstance(value, BooleanAtom):
