@@ -245,20 +245,20 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfi
     gate = asyncio.Semaphore(engine.max_in_flight)
     # Checkers run in threads: one that calls a model (the LLM judge) must not stall the other episodes.
     with concurrent.futures.ThreadPoolExecutor(min(engine.max_in_flight, 32), "orchlib-score") as pool:
-        async with engine.session() as client:
+        async with engine.session() as session:
             async def run(ep: _Episode, messages: list[dict]) -> None:
                 async with gate:
-                    reason = await _chat_episode(ep, messages, engine, client, toolbox, config)
+                    reason = await _chat_episode(ep, messages, engine, session, toolbox, config)
                     await asyncio.get_running_loop().run_in_executor(pool, _finish, ep, reason)
 
             await asyncio.gather(*(run(ep, messages) for ep, messages in episodes))
     return [ep.traj for ep, _ in episodes]
 
 
-async def _chat_episode(ep: _Episode, messages: list[dict], engine, client, toolbox, config: RolloutConfig) -> str:
+async def _chat_episode(ep: _Episode, messages: list[dict], engine, session, toolbox, config: RolloutConfig) -> str:
     """Turns until an answer, a `final` tool or `max_turns`; returns the finish reason."""
     while True:
-        reply = await engine.chat(messages, ep.schemas, client)
+        reply = await engine.chat(messages, ep.schemas, session)
         meta = ep.traj.meta
         meta["requests"] += 1
         meta["tokens_in"] += reply.tokens_in

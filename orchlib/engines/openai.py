@@ -24,19 +24,20 @@ no log-probs. Its trajectories have the same type as a local policy's, with empt
   `malformed_call`; the model reads why.
 
 What the rollout uses (`orchlib.rollout` runs any object with these): `name`, `max_in_flight`,
-`start(system, user, tools) -> messages`, `session()` (an async context giving the HTTP client of one
-rollout) and `async chat(messages, tools, client) -> ChatReply`.
+`start(system, user, tools) -> messages`, `session()` (an async context holding the HTTP clients of
+one rollout) and `async chat(messages, tools, session) -> ChatReply`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, AsyncIterator, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -48,7 +49,7 @@ from orchlib.tools.base import ToolError, approx_tokens
 from orchlib.tools.llm import LLMSettings, chat_body, post_chat
 from orchlib.trajectory import Observation, ToolCall
 
-__all__ = ["APIPolicyConfig", "OpenAIPolicy", "ChatReply", "PolicyCall"]
+__all__ = ["APIPolicyConfig", "OpenAIPolicy", "ChatReply", "PolicyCall", "Lanes"]
 
 # Request settings an APIPolicyConfig may set; they override a card's backend when both are given.
 _REQUEST_FIELDS = ("api_key_env", "temperature", "max_tokens", "timeout_s", "max_retries", "backoff_s",
@@ -166,22 +167,25 @@ class OpenAIPolicy:
             system += TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + "\n</tools>"
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
-    def session(self) -> httpx.AsyncClient:
-        """One pooled client per rollout (connections are reused across its requests); use as
-        `async with policy.session() as client`."""
-        n = self.max_in_flight
-        return httpx.AsyncClient(timeout=httpx.Timeout(self.settings.timeout_s),
-                                 limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+    def session(self) -> Lanes:
+        """The HTTP clients of one rollout: `async with policy.session() as session`, then
+        `chat(..., session)`."""
+        return Lanes(self.max_in_flight, self.settings.timeout_s)
 
     async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                   client: httpx.AsyncClient | None = None) -> ChatReply:
-        """One turn. Never raises for the server's failures: they come back as `ChatReply.error`."""
+                   session: Lanes | None = None) -> ChatReply:
+        """One turn. Never raises for the server's failures: they come back as `ChatReply.error`.
+        Without a `session` the request opens its own connection."""
         body = chat_body(self.settings, messages)
         if self.config.tool_calling == "native" and tools:
             body["tools"] = tools
         t0 = time.perf_counter()
         try:
-            response = await post_chat(self.settings, body, client)
+            if session is None:
+                response = await post_chat(self.settings, body)
+            else:
+                async with session.lane() as client:
+                    response = await post_chat(self.settings, body, client)
             data = _json(response, self.settings.model)
         except ToolError as e:
             seconds = time.perf_counter() - t0
@@ -221,6 +225,44 @@ class OpenAIPolicy:
         reply.tokens_in = int(usage.get("prompt_tokens") or approx_tokens(json.dumps(messages)))
         reply.tokens_out = int(usage.get("completion_tokens") or approx_tokens(content + json.dumps(raw_calls)))
         return reply
+
+
+class Lanes:
+    """One HTTP client per episode in flight, each keeping one connection alive. A single shared
+    client would do, but httpcore's pool scans all its connections for every request it assigns, so
+    64 in flight spent 13x the server's own time on bookkeeping (benchmarks/bench_api_policy.py); a
+    lane per episode keeps each lookup trivial. The clients share one TLS context (building one
+    costs about 0.1 s)."""
+
+    def __init__(self, n: int, timeout_s: float):
+        self.n, self.timeout_s = n, timeout_s
+        self._clients: list[httpx.AsyncClient] = []
+        self._free: list[httpx.AsyncClient] = []
+        self._tls: Any = None
+
+    async def __aenter__(self) -> Lanes:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for client in self._clients:
+            await client.aclose()
+        self._clients.clear()
+        self._free.clear()
+
+    @contextlib.asynccontextmanager
+    async def lane(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._free:
+            client = self._free.pop()
+        else:  # the rollout keeps at most n episodes in flight, so at most n lanes are ever made
+            if self._tls is None:
+                self._tls = httpx.create_ssl_context()
+            client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), verify=self._tls,
+                                       limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+            self._clients.append(client)
+        try:
+            yield client
+        finally:
+            self._free.append(client)
 
 
 def _card_settings(card: ToolCard, request: dict[str, Any]) -> LLMSettings:
