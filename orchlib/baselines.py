@@ -31,13 +31,19 @@ import numpy as np
 from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
-from orchlib.tasks import Task, extract_number, mentions
+from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["BASELINES", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "run_routes", "try_routes",
-           "route_stats", "choose", "make_baselines"]
+__all__ = ["BASELINES", "EVAL_ROLLOUT", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "run_routes",
+           "try_routes", "route_stats", "choose", "make_baselines"]
 
 BASELINES: tuple[str, ...] = ("strongest", "cheapest", "random", "oracle")
+
+# Evaluation gives more room than the training default (48 new ids, 4 turns): a shop write call is
+# ~55 ids of the default tokenizer, and a two-step shop task needs three turns before its answer. The
+# tool timeout is the toolbox's 60 s: the simulated generalist declares 30 s ± 30 %, so a 30 s limit
+# would turn about half of its answers into timeouts.
+EVAL_ROLLOUT = RolloutConfig(max_turns=5, max_new_tokens=128, max_total_tokens=4096, tool_timeout_s=60.0)
 
 
 def route_label(calls: Sequence[ToolCall]) -> str:
@@ -77,22 +83,6 @@ def _prompt_key(prompt_text: str) -> tuple[str, str]:
     return user, pref.group(0).strip() if pref else ""
 
 
-def _found(task: Task, text: str) -> bool:
-    """Whether `text` contains the task's answer (all required facts; the number; the words)."""
-    required = task.meta.get("required")
-    if required is not None:
-        return all(mentions(text, str(f)) for f in required)
-    if task.answer is None:
-        return False
-    if task.checker == "numeric":
-        want = extract_number(task.answer)
-        tol = float(task.meta.get("tolerance", 1e-6))
-        numbers = re.findall(r"-?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?", text)
-        got = [extract_number(n) for n in numbers]
-        return want is not None and any(g is not None and math.isclose(g, want, rel_tol=tol, abs_tol=tol) for g in got)
-    return mentions(text, task.answer)
-
-
 class RouteEngine(ScriptedEngine):
     """Writes each task's planned route, one call per turn (a later call may depend on an earlier
     write), then the perfect reader's answer. `plan` maps task id → route label."""
@@ -121,7 +111,7 @@ class RouteEngine(ScriptedEngine):
             return render_call(calls[turn])
         shown = _RESPONSE.findall(prompt_text[prompt_text.index(_USER):])
         gold = task.golden.answer if task.golden and task.golden.answer is not None else task.answer
-        if gold is not None and _found(task, "\n".join(shown)):
+        if gold is not None and answer_in_text(task, "\n".join(shown)):
             return gold
         last = shown[-1].strip().splitlines() if shown else []
         return last[0][:200] if last else "I do not know."
@@ -149,8 +139,6 @@ def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig 
                ) -> dict[str, dict[str, Trajectory]]:
     """task id → route label → its trajectory: every route of every task (`task_routes`, default
     `routes(task, toolbox.cards)`) run once through the rollout, the r-th route of all tasks in one batch."""
-    from orchlib.evaluate import EVAL_ROLLOUT
-
     tasks = list(tasks)
     if task_routes is None:
         task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 from orchlib.cards import MODEL_KINDS, ToolCard, load_card, save_card
 from orchlib.describe_stats import Trial, ToolStats, block, describer_prompt, summarise, template_text
-from orchlib.tasks import Task, load_tasks
+from orchlib.tasks import Task, answer_in_text, load_tasks
 from orchlib.tools import DEFAULT_TIMEOUT_S, Tool, ToolContext, build_tool, run_sync
 from orchlib.trajectory import Observation, ToolCall
 
@@ -146,9 +146,7 @@ def _is_right(task: Task, card: ToolCard, obs: Observation, env: Any) -> bool:
         raise DescribeError(f"task {task.id}: checker {task.checker!r} failed: {type(e).__name__}: {e}") from e
     if card.final or task.env is not None:
         return False
-    from orchlib.baselines import _found  # the baselines' perfect reader (imports the rollout: lazily)
-
-    return _found(task, obs.content)
+    return answer_in_text(task, obs.content)
 
 
 def run_trials(tool: Tool, picked: Sequence[tuple[Task, dict[str, Any]]], seed: int = 0,

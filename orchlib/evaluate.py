@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from orchlib.atomic import write_text_atomic
-from orchlib.baselines import BASELINES, make_baselines, try_routes
+from orchlib.baselines import BASELINES, EVAL_ROLLOUT, make_baselines, try_routes
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Preference, Task
 from orchlib.trajectory import Trajectory, write_jsonl
@@ -40,11 +40,6 @@ __all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metri
            "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
            "BASELINES", "make_baselines", "try_routes"]
 
-# Evaluation gives more room than the training default (48 new ids, 4 turns): a shop write call is
-# ~55 ids of the default tokenizer, and a two-step shop task needs three turns before its answer. The
-# tool timeout is the toolbox's 60 s: the simulated generalist declares 30 s ± 30 %, so a 30 s limit
-# would turn about half of its answers into timeouts.
-EVAL_ROLLOUT = RolloutConfig(max_turns=5, max_new_tokens=128, max_total_tokens=4096, tool_timeout_s=60.0)
 
 
 # ---------------------------------------------------------------------------------------------- metrics

@@ -22,7 +22,7 @@ from orchlib.atomic import write_text_atomic
 from orchlib.trajectory import ToolCall
 
 __all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer", "extract_number", "mentions",
-           "load_tasks", "save_tasks", "TaskFileError"]
+           "answer_in_text", "load_tasks", "save_tasks", "TaskFileError"]
 
 
 class Preference(BaseModel):
@@ -138,6 +138,23 @@ def mentions(text: str, phrase: str) -> bool:
     "18" or "$14.80"; "paris" is in "It is Paris." but "h" is not in "The answer is He"."""
     pattern = r"(?<![\w.])" + re.escape(phrase.strip().lower()) + r"(?!\w|\.\d)"
     return re.search(pattern, text.lower()) is not None
+
+
+def answer_in_text(task: Task, text: str) -> bool:
+    """Whether `text` holds the task's answer anywhere in it (every required fact; the number; the
+    words): a perfect reader's judgement of a tool's output, used by the baselines and by describe."""
+    required = task.meta.get("required")
+    if required is not None:
+        return all(mentions(text, str(f)) for f in required)
+    if task.answer is None:
+        return False
+    if task.checker == "numeric":
+        want = extract_number(task.answer)
+        tol = float(task.meta.get("tolerance", 1e-6))
+        numbers = re.findall(r"-?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?", text)
+        got = [extract_number(n) for n in numbers]
+        return want is not None and any(g is not None and math.isclose(g, want, rel_tol=tol, abs_tol=tol) for g in got)
+    return mentions(text, task.answer)
 
 
 def _mentions(answer: str | None, task: Task, env: Any = None) -> float:
