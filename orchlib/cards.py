@@ -1,4 +1,5 @@
-"""ToolCard: a tool declared as data. YAML in and out, validation, export to OpenAI / transformers / MCP.
+"""ToolCard: a tool declared as data. YAML in and out, validation, import from OpenAI / MCP / JSON Schema,
+export to OpenAI / transformers / MCP.
 
 A card carries what the orchestrator reads (name, description, JSON Schema of the arguments) and what
 the runtime needs (backend kind and settings, price in USD, declared latency). Cards are loaded with
@@ -9,6 +10,12 @@ every validation problem names the file, the line and the field path:
 
 Backend settings (`backend:`) are checked by the backend class itself when a tool is built
 (`orchlib.tools.build_tool`), with the same kind of message.
+
+Names are those OpenAI and MCP accept (letters of both cases, digits, `_`, `-`, `.`; up to 128), and an
+export whose format forbids one maps it (`orchlib.toolnames`). Imports bring loosely typed schemas
+(`dict`, `float`, `any`, ...) to JSON Schema and list what they changed in `card.normalized`
+(`orchlib.looseschema`). A card may carry a schema and no implementation: it is listed, rendered and
+checks arguments, and is bound to a function or a server when it runs.
 """
 
 from __future__ import annotations
@@ -26,28 +33,42 @@ import typing
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Annotated, Any, Callable, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.scalarstring import LiteralScalarString
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
 
 from orchlib import safeyaml
 from orchlib.atomic import write_text_atomic
+from orchlib.looseschema import LooseSchemaError, normalize
 from orchlib.shipped import shipped_path
+from orchlib.toolnames import CARD_NAME, MAX_NAME, card_name, export_name
 
 __all__ = ["KINDS", "Kind", "Price", "Latency", "ToolCard", "CardError", "load_card", "load_cards",
-           "save_card", "validate_cards", "card_files"]
+           "save_card", "validate_cards", "card_files", "STATE", "State", "state_parameter"]
 
-Kind = Literal["function", "python", "search", "llm", "replay", "simulated"]
+Kind = Literal["function", "python", "search", "llm", "replay", "simulated", "mcp"]
 KINDS: tuple[str, ...] = typing.get_args(Kind)
 
 # Kinds that stand in for a model; only these may take the task itself instead of written arguments.
 MODEL_KINDS = ("llm", "replay", "simulated")
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-NAME_PATTERN = r"^[a-z0-9_-]+$"
+NAME_PATTERN = CARD_NAME.pattern
+
+
+class _StateMarker:
+    """Marks the parameter of a function tool that receives the episode's state (`ToolContext.env`)."""
+
+    def __repr__(self) -> str:
+        return "orchlib.STATE"
+
+
+STATE = _StateMarker()
+# `def lookup(order_id: str, db: State)`, or `Annotated[MyDB, STATE]` to keep a type for the reader.
+State = Annotated[Any, STATE]
 
 
 class CardError(ValueError):
@@ -116,8 +137,9 @@ class ToolCard(BaseModel):
     """One tool as data. Equality compares the fields only, not where the card was read from."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(pattern=NAME_PATTERN, max_length=64,
-                      description="unique; what the orchestrator writes in a call (OpenAI allows 64 chars)")
+    name: str = Field(description="unique; what the orchestrator writes in a call: letters of both cases, "
+                      "digits, _ - . and at most 128 characters (what OpenAI and MCP names use; an OpenAI "
+                      "export maps a dot or a name over 64)")
     kind: Kind = Field(description="which backend runs it (orchlib.tools.BACKENDS)")
     description: str = Field(min_length=1, description="what the orchestrator reads to choose the tool")
     parameters: dict[str, Any] = Field(default_factory=lambda: copy.deepcopy(EMPTY_SCHEMA),
@@ -133,6 +155,14 @@ class ToolCard(BaseModel):
     auto_description: dict[str, Any] | None = Field(None, description="reserved for generated descriptions")
 
     _origin: _Origin | None = PrivateAttr(default=None)
+    _normalized: tuple[str, ...] = PrivateAttr(default=())
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        if not CARD_NAME.fullmatch(name):
+            raise PydanticCustomError("tool_name", "{problem}", {"problem": _name_problem(name)})
+        return name
 
     @field_validator("parameters")
     @classmethod
@@ -195,53 +225,124 @@ class ToolCard(BaseModel):
     def _description(self, with_costs: bool) -> str:
         return f"{self.description.strip()}\n{self.describe_costs()}" if with_costs else self.description.strip()
 
-    def to_openai(self, with_costs: bool = False) -> dict[str, Any]:
-        """OpenAI chat-completions `tools=[...]` entry."""
-        return {"type": "function", "function": {"name": self.name, "description": self._description(with_costs),
+    def to_openai(self, with_costs: bool = False, *, name: str | None = None) -> dict[str, Any]:
+        """OpenAI chat-completions `tools=[...]` entry. OpenAI names allow no dot and 64 characters:
+        such a name is mapped (`toolnames.export_name`); pass `name=` from a `ToolNames` of the whole
+        set to keep the mapping one-to-one, and map calls back with `ToolNames.internal`."""
+        return {"type": "function", "function": {"name": name or export_name(self.name, "openai"),
+                                                 "description": self._description(with_costs),
                                                  "parameters": copy.deepcopy(self.parameters)}}
 
     def to_transformers(self, with_costs: bool = False) -> dict[str, Any]:
         """An entry of transformers' `apply_chat_template(tools=[...])`: the same JSON shape that
-        `transformers.utils.get_json_schema` produces (OpenAI's), which chat templates read."""
-        return self.to_openai(with_costs)
+        `transformers.utils.get_json_schema` produces (OpenAI's), which chat templates read. The name
+        is the card's as it is: templates render any string and the `<tool_call>` parser reads it back."""
+        return {"type": "function", "function": {"name": self.name, "description": self._description(with_costs),
+                                                 "parameters": copy.deepcopy(self.parameters)}}
 
-    def to_mcp(self, with_costs: bool = False) -> dict[str, Any]:
-        """A Model Context Protocol `Tool` (tools/list result entry)."""
-        out: dict[str, Any] = {"name": self.name, "description": self._description(with_costs),
+    def to_mcp(self, with_costs: bool = False, *, name: str | None = None) -> dict[str, Any]:
+        """A Model Context Protocol `Tool` (tools/list result entry). Every card name is a valid MCP name."""
+        out: dict[str, Any] = {"name": name or export_name(self.name, "mcp"),
+                               "description": self._description(with_costs),
                                "inputSchema": copy.deepcopy(self.parameters)}
         if self.label:
             out["annotations"] = {"title": f"{self.name} ({self.label})"}
         return out
 
     # ---------------------------------------------------------------- imports
+    @property
+    def normalized(self) -> list[str]:
+        """What an import changed to make the card (`properties.x.type: 'float' -> 'number'`, a name
+        mapped); empty for a card read from YAML or written in code."""
+        return list(self._normalized)
+
+    def check_arguments(self, arguments: Any) -> str | None:
+        """None when `arguments` fit the schema, else one line saying where and why not. Needs no
+        implementation: a card known only by its schema checks a call the same way its tool would."""
+        return arguments_problem(self.name, _validator(self.parameters), arguments)
+
     @classmethod
     def from_openai(cls, spec: dict[str, Any], *, kind: Kind = "function", backend: dict[str, Any] | None = None,
                     **fields: Any) -> ToolCard:
         """A card from an OpenAI function definition (`{"type": "function", "function": {...}}` or the bare
-        function object). The definition has no backend: pass `kind`/`backend`, or fill them in later."""
+        function object). Loose types are normalised (`card.normalized` says how). The definition has no
+        implementation: pass `kind`/`backend`, or bind one when it runs (a card with `kind: function`
+        and no `backend.callable` is schema-only)."""
+        if not isinstance(spec, dict):
+            raise CardError("<openai>", 0, "function", f"expected a JSON object, got {type(spec).__name__}")
         fn = spec.get("function", spec) if spec.get("type", "function") == "function" else None
-        if not isinstance(fn, dict) or "name" not in fn:
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise CardError("<openai>", 0, "function", "expected {'type': 'function', 'function': {'name': ...}}")
-        data = {"name": fn["name"], "kind": kind, "description": fn.get("description") or fn["name"],
-                "parameters": fn.get("parameters") or copy.deepcopy(EMPTY_SCHEMA), "backend": backend or {}}
-        data.update(fields)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            loc, msg = _problems(e)[0]
-            raise CardError(f"<openai {fn['name']}>", 0, _dotted(loc), msg) from None
+        return cls._imported(f"<openai {fn['name']}>", fn["name"], fn.get("description"), fn.get("parameters"),
+                             kind, backend, fields)
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], **fields: Any) -> ToolCard:
+    def from_mcp(cls, tool: Any, *, kind: Kind = "function", backend: dict[str, Any] | None = None,
+                 **fields: Any) -> ToolCard:
+        """A card from a Model Context Protocol `Tool` (a tools/list entry: `{"name", "description",
+        "inputSchema"}`, or the SDK's `mcp.types.Tool`). A name MCP allows but a card does not (a
+        space, a slash) is mapped, and the server's own name kept in `backend.tool` for kind `mcp`."""
+        if hasattr(tool, "model_dump"):  # the SDK's pydantic model; by_alias gives the wire names
+            tool = tool.model_dump(by_alias=True, exclude_none=True)
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise CardError("<mcp>", 0, "name", "expected an MCP Tool: {'name': ..., 'inputSchema': {...}}")
+        schema = tool.get("inputSchema", tool.get("input_schema"))
+        backend = dict(backend or {})
+        name = card_name(tool["name"])
+        if kind == "mcp" and name != tool["name"]:
+            backend.setdefault("tool", tool["name"])
+        description = tool.get("description") or (tool.get("annotations") or {}).get("title") or tool.get("title")
+        return cls._imported(f"<mcp {tool['name']}>", tool["name"], description, schema, kind, backend, fields)
+
+    @classmethod
+    def from_json_schema(cls, schema: dict[str, Any], *, name: str | None = None, description: str | None = None,
+                         kind: Kind = "function", backend: dict[str, Any] | None = None, **fields: Any) -> ToolCard:
+        """A card from the JSON Schema of a tool's arguments; the name and description default to the
+        schema's `title` and `description` (which stay in the schema too)."""
+        if not isinstance(schema, dict):
+            raise CardError("<json schema>", 0, "parameters", f"expected a JSON object, got {type(schema).__name__}")
+        name = name or schema.get("title")
+        if not isinstance(name, str):
+            raise CardError("<json schema>", 0, "name", "no name: pass name= or give the schema a 'title'")
+        return cls._imported(f"<json schema {name}>", name, description or schema.get("description"), schema,
+                             kind, backend, fields)
+
+    @classmethod
+    def _imported(cls, where: str, name: str, description: Any, schema: Any, kind: str,
+                  backend: dict[str, Any] | None, fields: dict[str, Any]) -> ToolCard:
+        notes: list[str] = []
+        mapped = card_name(name)
+        if mapped != name:
+            notes.append(f"name: {name!r} -> {mapped!r}")
+        try:
+            parameters, changes = normalize(schema)
+        except LooseSchemaError as e:
+            raise CardError(where, 0, _dotted(("parameters",) + e.path), e.problem) from None
+        notes += [f"parameters.{c}" for c in changes]
+        data = {"name": mapped, "kind": kind, "description": description or name, "parameters": parameters,
+                "backend": backend or {}}
+        data.update(fields)
+        try:
+            card = cls.model_validate(data)
+        except ValidationError as e:
+            loc, msg = _problems(e)[0]
+            raise CardError(where, 0, _dotted(loc), msg) from None
+        card._normalized = tuple(notes)
+        return card
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any], *, state: str | None = None, **fields: Any) -> ToolCard:
         """A `function` card from a typed Python function with a Google-style docstring: the schema is
-        derived from the signature and the `Args:` section, never written twice. A parameter named
-        `env` receives the episode's environment and is left out of the schema."""
+        derived from the signature and the `Args:` section, never written twice. The parameter that
+        receives the episode's state (`ToolContext.env`) is left out of the schema: the one named by
+        `state`, else the one annotated `State` (or `Annotated[T, STATE]`), else one named `env`."""
         description, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
         hints = typing.get_type_hints(fn)
+        skip = state_parameter(fn, state)
         properties: dict[str, Any] = {}
         required: list[str] = []
         for pname, param in inspect.signature(fn).parameters.items():
-            if pname == "env":
+            if pname == skip:
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"{fn.__qualname__}: *{pname} cannot be described by a JSON Schema")
@@ -258,11 +359,63 @@ class ToolCard(BaseModel):
         schema: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             schema["required"] = required
+        backend = {"callable": f"{fn.__module__}:{fn.__qualname__}", **({"state": state} if state else {})}
         data = {"name": fn.__name__, "kind": "function", "description": description or fn.__name__,
-                "parameters": schema, "backend": {"callable": f"{fn.__module__}:{fn.__qualname__}"}}
+                "parameters": schema, "backend": backend}
         data.update(fields)
         return cls.model_validate(data)
 
+
+def state_parameter(fn: Callable[..., Any], name: str | None = None) -> str | None:
+    """The parameter of `fn` that receives the episode's state: `name` when given (it must exist),
+    else the one annotated with `STATE` (`db: State`), else one named `env`, else None."""
+    params = inspect.signature(fn).parameters
+    where = getattr(fn, "__qualname__", repr(fn))
+    if name is not None:
+        if name not in params:
+            raise TypeError(f"{where}: no parameter {name!r} to receive the episode's state "
+                            f"(parameters: {', '.join(params) or 'none'})")
+        return name
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # unresolvable string annotations, or a builtin: read what the signature holds
+        hints = {n: p.annotation for n, p in params.items()}
+    marked = [n for n in params if any(m is STATE for m in getattr(hints.get(n), "__metadata__", ()))]
+    if len(marked) > 1:
+        raise TypeError(f"{where}: parameters {marked} are all marked State; one receives the episode's state")
+    if marked:
+        return marked[0]
+    return "env" if "env" in params else None
+
+
+def _name_problem(name: str) -> str:
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_NAME:
+        return f"{len(name)} characters, over the {MAX_NAME} that MCP allows"
+    bad = sorted({c for c in name if not CARD_NAME.fullmatch(c)})
+    return (f"{''.join(bad)!r} not allowed: a name uses letters, digits, '_', '-' and '.' "
+            "(what OpenAI and MCP tool names use)")
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    import jsonschema  # slow to import; the card that holds `schema` has loaded it already
+
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+
+
+def arguments_problem(name: str, validator: Any, arguments: Any) -> str | None:
+    """None when `arguments` pass `validator` (a jsonschema validator), else a message saying where
+    and why not: the one message a tool, a card and the rollout show."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
+    return f"arguments of {name!r} do not match its schema at {where}: {error.message}"
 
 # ---------------------------------------------------------------------------------------------- load
 def _yaml() -> YAML:
@@ -349,34 +502,55 @@ def load_cards(path_or_folder: str | os.PathLike | Iterable[str | os.PathLike]) 
     return sorted(cards, key=lambda c: c.name)
 
 
-def validate_cards(paths: str | os.PathLike | Iterable[str | os.PathLike], build: bool = True) -> list[CardError]:
-    """Every problem of every card under `paths`, without raising: YAML, fields, JSON Schema, duplicate
-    names and, with `build`, the backend settings and imports (each tool is built, nothing is run)."""
-    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+def validate_cards(cards: Any, build: bool = True) -> list[CardError]:
+    """Every problem of every card, without raising: YAML, fields, JSON Schema, duplicate names and,
+    with `build`, the backend settings and imports (each tool is built, nothing is run). `cards` is
+    one or a list of: a card file or folder, a `ToolCard`, or a card's fields as a dict (a card made in
+    code is named `<card NAME>` in its messages, a dict `<card #i>` by its place in the list)."""
+    items = [cards] if isinstance(cards, (str, os.PathLike, ToolCard, dict)) else list(cards)
     problems: list[CardError] = []
     seen: dict[str, ToolCard] = {}
-    for p in paths:
-        try:
-            files = card_files(p)
-        except CardError as e:
-            problems.append(e)
-            continue
-        for f in files:
-            try:
-                card, found = _check_tree(f, _read_tree(f))
-            except CardError as e:
-                problems.append(e)
-                continue
+    for i, item in enumerate(items):
+        for card, found in _cards_of(item, i):
             problems += found
             if card is None:
                 continue
             if card.name in seen:
-                problems.append(card.error(("name",), f"duplicate tool name {card.name!r} "
-                                                      f"(also in {seen[card.name].source})"))
+                other = seen[card.name].source or f"<card {card.name}>"
+                problems.append(card.error(("name",), f"duplicate tool name {card.name!r} (also in {other})"))
             seen[card.name] = card
             if build:
                 problems += _build_problems(card)
     return problems
+
+
+def _cards_of(item: Any, index: int) -> Iterable[tuple[ToolCard | None, list[CardError]]]:
+    """(card or None, its problems) for each card an item of validate_cards names."""
+    if isinstance(item, ToolCard):
+        yield item, []
+        return
+    if isinstance(item, dict):
+        try:
+            yield ToolCard.model_validate(item), []
+        except ValidationError as e:
+            name = item.get("name")
+            where = f"<card {name}>" if isinstance(name, str) else f"<card #{index}>"
+            yield None, [CardError(where, 0, _dotted(loc), msg) for loc, msg in _problems(e)]
+        return
+    if not isinstance(item, (str, os.PathLike)):
+        yield None, [CardError(f"<item #{index}>", 0, "(card)", "expected a card file or folder, a ToolCard or "
+                                                               f"a dict, got {type(item).__name__}")]
+        return
+    try:
+        files = card_files(item)
+    except CardError as e:
+        yield None, [e]
+        return
+    for f in files:
+        try:
+            yield _check_tree(f, _read_tree(f))
+        except CardError as e:
+            yield None, [e]
 
 
 def _build_problems(card: ToolCard) -> list[CardError]:
@@ -423,16 +597,26 @@ def _fresh_tree(full: dict[str, Any], sparse: dict[str, Any]) -> CommentedMap:
     return tree
 
 
+# What YAML reads back unchanged in a block or plain scalar: tab, newline and the printable characters,
+# less the ones YAML 1.1 counts as line breaks (NEL, U+2028, U+2029) and the byte-order mark. Anything
+# else (CR, other control characters) is written double-quoted, where it is escaped (\r, \a, \L).
+_PLAIN_SAFE = re.compile("[\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
+                         "\U00010000-\U0010ffff]*")
+
+
 def _to_yaml(value: Any) -> Any:
     if isinstance(value, dict):
         out = CommentedMap()
         for k, v in value.items():
-            out[k] = _to_yaml(v)
+            out[_to_yaml(k)] = _to_yaml(v)
         return out
     if isinstance(value, list):
         return CommentedSeq(_to_yaml(v) for v in value)
-    if isinstance(value, str) and "\n" in value:
-        return LiteralScalarString(value)  # block style keeps long descriptions readable
+    if isinstance(value, str):
+        if not _PLAIN_SAFE.fullmatch(value):
+            return DoubleQuotedScalarString(value)  # escaped: any string comes back exactly
+        if "\n" in value:
+            return LiteralScalarString(value)  # block style keeps long descriptions readable
     return value
 
 
@@ -449,7 +633,7 @@ def _merge(tree: CommentedMap, full: dict[str, Any], sparse: dict[str, Any]) -> 
             elif _plain(old) != value or type(_plain(old)) is not type(value) and not _numbers(old, value):
                 tree[key] = _to_yaml(value)
         elif key in sparse:
-            tree[key] = _to_yaml(sparse[key])
+            tree[_to_yaml(key)] = _to_yaml(sparse[key])
 
 
 def _numbers(a: Any, b: Any) -> bool:

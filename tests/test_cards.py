@@ -119,7 +119,8 @@ def test_validation_names_file_line_and_field_path(tmp_path):
     bad.write_text(BAD_CARD)
     problems = [str(p) for p in validate_cards(bad)]
     assert problems == [
-        f"{bad}:1: name: String should match pattern '^[a-z0-9_-]+$'",
+        f"{bad}:1: name: ' ' not allowed: a name uses letters, digits, '_', '-' and '.' (what OpenAI and MCP "
+        "tool names use)",
         f"{bad}:8: parameters.properties.x.type: not valid JSON Schema: 'integr' is not valid under any of "
         "the given schemas",
         f"{bad}:10: price.per_call: Input should be greater than or equal to 0",
@@ -227,8 +228,8 @@ def test_from_openai_imports_every_toolorchestra_tool():
         assert card.to_openai() == spec  # nothing lost or added
         assert card.parameters["required"] == ["model"]
     assert ToolCard.from_openai(specs[1]["function"], kind="llm", final=True).final
-    with pytest.raises(CardError, match="name: String should match pattern"):
-        ToolCard.from_openai({"type": "function", "function": {"name": "Has Space", "parameters": {}}})
+    with pytest.raises(CardError, match="name: ' ' not allowed"):
+        ToolCard.from_openai({"type": "function", "function": {"name": "x", "parameters": {}}}, name="Has Space")
 
 
 class Unit(Enum):

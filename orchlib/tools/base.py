@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Coroutine, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from orchlib.cards import ToolCard
+from orchlib.cards import ToolCard, arguments_problem
 from orchlib.trajectory import Observation
 
 __all__ = ["ToolContext", "Tool", "ToolError", "approx_tokens", "task_text", "resolve_path", "run_sync",
@@ -94,15 +94,7 @@ class Tool:
 
     def check_arguments(self, arguments: Any) -> str | None:
         """None when the arguments fit the card's schema, else a message saying where and why not."""
-        if not isinstance(arguments, dict):
-            return f"arguments must be a JSON object, got {type(arguments).__name__}"
-        import jsonschema
-
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
-        return f"arguments of {self.name!r} do not match its schema at {where}: {error.message}"
+        return arguments_problem(self.name, self._validator, arguments)
 
     async def __call__(self, arguments: dict[str, Any] | None = None, context: ToolContext | None = None, *,
                        timeout_s: float | None = None) -> Observation:

@@ -1,9 +1,14 @@
-"""`function` tools: a Python callable named by import path (`backend: {callable: pkg.module:fn}`).
+"""`function` tools: a Python callable named by import path (`backend: {callable: pkg.module:fn}`) or
+given as an object (`FunctionTool(card, fn=f)`, `bind(card, f)`).
 
 Async functions are awaited; sync ones run in a thread pool so a slow function does not block the
 other calls of a turn. A running thread cannot be stopped: after a timeout its result is dropped but
-the thread runs to its end. A parameter named `env` receives `context.env` (the episode's stateful
-environment) and is not part of the schema.
+the thread runs to its end. One parameter may receive `context.env` (the episode's stateful
+environment) and is not part of the schema: the one named by `backend.state`, else the one annotated
+`State` (`db: State`, or `Annotated[DB, STATE]`), else one named `env`.
+
+A card with no `backend.callable` and no function is schema-only: it is listed, rendered and checks
+arguments like any tool, and a call to it is a `tool_failure` observation saying nothing is bound.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchlib.cards import ToolCard
-from orchlib.tools.base import Tool, ToolContext
+from orchlib.cards import STATE, State, ToolCard, state_parameter
+from orchlib.tools.base import Tool, ToolContext, ToolError
 from orchlib.trajectory import Observation
 
-__all__ = ["FunctionSettings", "FunctionTool", "import_callable"]
+__all__ = ["FunctionSettings", "FunctionTool", "import_callable", "bind", "State", "STATE"]
 
 # Tool functions mostly wait (I/O, sleeps, small computations), so more threads than cores is right;
 # asyncio's default pool (min(32, cpus + 4)) would serialise 16 concurrent calls on a 2-core laptop.
@@ -44,7 +49,10 @@ class FunctionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     # \S+ after the colon: a function made in a notebook or a test has "<locals>" in its qualified name;
     # such a path cannot be imported from a file, which import_callable then says plainly.
-    callable: str = Field(pattern=r"^[\w.]+:\S+$", description="import path 'pkg.module:function'")
+    callable: str | None = Field(None, pattern=r"^[\w.]+:\S+$", description="import path 'pkg.module:function'; "
+                                 "none: the card is schema-only until a function is bound")
+    state: str | None = Field(None, description="the parameter that receives the episode's state (default: "
+                              "the one annotated State, else one named env)")
 
 
 def import_callable(path: str) -> Callable[..., Any]:
@@ -64,29 +72,48 @@ class FunctionTool(Tool):
 
     def __init__(self, card: ToolCard, fn: Callable[..., Any] | None = None):
         super().__init__(card)
-        if fn is None:
+        if fn is None and self.settings.callable is not None:
             try:
                 fn = import_callable(self.settings.callable)
             except Exception as e:  # ImportError, AttributeError, or the module's own error on import
                 raise card.error(("backend", "callable"), f"cannot import {self.settings.callable}: "
                                                           f"{type(e).__name__}: {e}") from None
         self.fn = fn
-        signature = inspect.signature(fn)
-        self._takes_env = "env" in signature.parameters
+        self._state: str | None = None
+        self._is_async = False
+        if fn is None:
+            return  # schema-only
+        label = self.settings.callable or getattr(fn, "__qualname__", repr(fn))
+        try:
+            self._state = state_parameter(fn, self.settings.state)
+        except TypeError as e:
+            raise card.error(("backend", "state"), str(e)) from None
         self._is_async = inspect.iscoroutinefunction(fn)
-        problem = _signature_mismatch(card.parameters, signature)
+        problem = _signature_mismatch(card.parameters, inspect.signature(fn), self._state)
         if problem:
-            raise card.error(("parameters",), f"does not match {self.settings.callable}: {problem}")
+            raise card.error(("parameters",), f"does not match {label}: {problem}")
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], **card_fields: Any) -> FunctionTool:
+    def from_function(cls, fn: Callable[..., Any], *, state: str | None = None, **card_fields: Any) -> FunctionTool:
         """A tool straight from a typed, documented function (no YAML): `FunctionTool.from_function(f)`."""
-        return cls(ToolCard.from_function(fn, **card_fields), fn=fn)
+        return cls(ToolCard.from_function(fn, state=state, **card_fields), fn=fn)
+
+    @property
+    def bound(self) -> bool:
+        """Whether a function runs the calls (False: a schema-only card)."""
+        return self.fn is not None
+
+    def bind(self, fn: Callable[..., Any]) -> FunctionTool:
+        """This tool's card run by `fn`: a new tool, checked against the card's schema."""
+        return FunctionTool(self.card, fn=fn)
 
     async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
+        if self.fn is None:
+            raise ToolError(f"{self.name} has a schema and no implementation: bind a function "
+                            "(orchlib.tools.bind(card, fn)) or set backend.callable")
         kwargs = dict(arguments)
-        if self._takes_env:
-            kwargs["env"] = context.env
+        if self._state is not None:
+            kwargs[self._state] = context.env
         if self._is_async:
             result = await self.fn(**kwargs)
         else:
@@ -95,11 +122,20 @@ class FunctionTool(Tool):
         return Observation(content=to_text(result))
 
 
-def _signature_mismatch(schema: dict[str, Any], signature: inspect.Signature) -> str | None:
+def bind(card: ToolCard, fn: Callable[..., Any]) -> FunctionTool:
+    """A `function` tool that runs `card` (schema-only, or imported from OpenAI/MCP) with `fn`."""
+    if card.kind != "function":
+        card = card.model_copy(update={"kind": "function", "backend": {}})
+    return FunctionTool(card, fn=fn)
+
+
+def _signature_mismatch(schema: dict[str, Any], signature: inspect.Signature, state: str | None) -> str | None:
     """Why a card's schema cannot be passed to the function, or None. A hand-written schema and its
     function must not drift apart: every property must be a parameter, every required parameter
     a required property."""
-    params = {n: p for n, p in signature.parameters.items() if n != "env"}
+    if state in schema.get("properties", {}):
+        return f"{state!r} receives the episode's state, so it cannot be an argument too"
+    params = {n: p for n, p in signature.parameters.items() if n != state}
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
         return None  # **kwargs takes anything
     named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
