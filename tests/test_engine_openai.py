@@ -457,3 +457,14 @@ def test_eval_rejects_half_an_endpoint_and_bad_files(tmp_path, capsys):
     bad.write_text("policies:\n  - name: x\n    local: tiny\n    api: {base_url: 'http://x/v1', model: m}\n")
     assert main(["eval", "--config", str(bad)]) == 2
     assert "exactly one of local or api" in capsys.readouterr().err
+
+
+def test_the_example_eval_file_is_valid():
+    from pathlib import Path
+
+    from orchlib.commands.eval import EvalFileConfig
+    from orchlib.configfile import load_config
+
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "eval_api.yaml", EvalFileConfig)
+    assert [p.name for p in cfg.policies] == ["trained", "gpt-5", "qwen3-8b"]
+    assert cfg.policies[1].api.card and cfg.judge.model == "gpt-5-mini"
