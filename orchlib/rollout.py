@@ -220,6 +220,11 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
     return [e.traj for e in episodes]
 
 
+# Checkers that compare strings or numbers: run in the loop. Others (the judge, sympy, user code) may
+# take a while and run in the scoring threads.
+_INSTANT_CHECKERS = frozenset({"exact", "contains", "mentions", "numeric"})
+
+
 async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfig, group_size: int
                         ) -> list[Trajectory]:
     """The loop for a policy reached by messages (an API): each episode runs on its own, at most
@@ -249,7 +254,10 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfi
             async def run(ep: _Episode, messages: list[dict]) -> None:
                 async with gate:
                     reason = await _chat_episode(ep, messages, engine, session, toolbox, config)
-                    await asyncio.get_running_loop().run_in_executor(pool, _finish, ep, reason)
+                    if ep.task.checker in _INSTANT_CHECKERS:
+                        _finish(ep, reason)
+                    else:
+                        await asyncio.get_running_loop().run_in_executor(pool, _finish, ep, reason)
 
             await asyncio.gather(*(run(ep, messages) for ep, messages in episodes))
     return [ep.traj for ep, _ in episodes]
