@@ -7,9 +7,10 @@ and accounting; answers graded by an LLM judge whose cost is reported apart.
 
 Offline by default: a local server plays two prompted models over the OpenAI protocol, "frugal" (the
 calculator for arithmetic, else the cheapest model tool offered) and "spender" (the dearest), and a
-judge. Neither can work the shop's database, so both fail the shop tasks. Give --endpoint/--model (e.g. http://127.0.0.1:8000/v1 and a model served by vLLM, or
-https://api.openai.com/v1 gpt-5 with --api-key-env OPENAI_API_KEY) to run a real model instead, and
---judge-endpoint/--judge-model for a real judge. Takes about ten seconds offline.
+judge. Neither can work the shop's database, so both fail the shop tasks. Give --endpoint/--model
+(e.g. http://127.0.0.1:8000/v1 and a model served by vLLM, or https://api.openai.com/v1 gpt-5 with
+--api-key-env OPENAI_API_KEY) to run a real model instead, and --judge-endpoint/--judge-model for a
+real judge. Takes about ten seconds offline.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def main() -> None:
 
     local = local_server()
     price = Price(per_m_input=0.6, per_m_output=2.4)  # the played models: priced like a mid-size API model
+    played = [OpenAIPolicy(base_url=local, model=m, price=price) for m in ("frugal", "spender")]
     policies = ([OpenAIPolicy(base_url=args.endpoint, model=args.model, api_key_env=args.api_key_env)]
-                if args.endpoint else [OpenAIPolicy(base_url=local, model=m, price=price) for m in ("frugal", "spender")])
+                if args.endpoint else played)
     judge = Judge(base_url=args.judge_endpoint or local, model=args.judge_model or "judge",
                   price=Price(per_m_input=0.25, per_m_output=2.0))
     # answers graded by the judge rather than the suite's own checkers (shop tasks keep theirs: they
