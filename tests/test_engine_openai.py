@@ -318,6 +318,16 @@ def test_a_hung_request_is_a_counted_timeout(serve):
     assert 0.3 <= t.turns[0].gen_latency_s < 2.0
 
 
+def test_an_unreadable_reply_is_a_counted_failure(serve):
+    steps = [(200, {"choices": []}, {}), (200, {"choices": [{"message": "hi"}]}, {}),
+             (200, {"choices": [{"message": {"role": "assistant", "content": [{"type": "text", "text": "10"},
+                                                                               {"type": "text", "text": "0"}]}}]}, {})]
+    model = Model(lambda body: steps.pop(0))
+    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig())
+    assert t.errors == {"tool_failure": 2} and t.final_answer == "100" and t.outcome == 1.0
+    assert "unexpected response" in t.turns[0].observations[0].error
+
+
 def test_usage_missing_is_estimated_and_still_priced(serve):
     model = Model(lambda body: reply("The answer is 100.", usage=None))
     [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig())

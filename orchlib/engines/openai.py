@@ -201,7 +201,7 @@ class OpenAIPolicy:
     def _read(self, data: dict[str, Any], messages: list[dict[str, Any]]) -> ChatReply:
         choice = data["choices"][0]
         msg = choice.get("message") or {}
-        content = msg.get("content") or ""
+        content = _text(msg.get("content"))
         raw_calls = msg.get("tool_calls") or []
         if raw_calls:
             calls = [_native_call(tc) for tc in raw_calls]
@@ -278,11 +278,18 @@ def _card_settings(card: ToolCard, request: dict[str, Any]) -> LLMSettings:
 def _json(response: httpx.Response, model: str) -> dict[str, Any]:
     try:
         data = response.json()
-        if not isinstance(data["choices"][0], dict):
-            raise TypeError("choices[0] is not an object")
+        if not isinstance(data["choices"][0].get("message") or {}, dict):
+            raise TypeError("choices[0].message is not an object")
         return data
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError) as e:
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise ToolError(f"{model}: unexpected response ({type(e).__name__}): {response.text[:300]}") from None
+
+
+def _text(content: Any) -> str:
+    """A message's content: a string, or a list of parts whose text parts are joined (some servers)."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return "" if content is None else str(content)
 
 
 def _native_call(tc: Any) -> PolicyCall:
