@@ -105,8 +105,10 @@ class JudgeConfig(BaseModel):
     @model_validator(mode="after")
     def _card_or_endpoint(self) -> JudgeConfig:
         if self.card is not None:
-            if self.base_url is not None or self.model is not None:
-                raise ValueError("give either card or base_url/model, not both (the card holds them)")
+            held = sorted(self.model_fields_set & {"base_url", "model", "api_key_env", "price", "temperature",
+                                                   "max_tokens", "timeout_s", "max_retries", "extra_body"})
+            if held:
+                raise ValueError(f"give either card or {', '.join(held)}, not both (the card holds them)")
         elif not self.base_url or not self.model:
             raise ValueError("a judge needs base_url and model (or a card)")
         return self

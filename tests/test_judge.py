@@ -190,6 +190,8 @@ def test_a_custom_prompt_and_partial_credit(grader):
         JudgeConfig(base_url="http://x/v1", model="m", prompt="{answer} {reference} {")
     with pytest.raises(ValueError, match="base_url and model"):
         JudgeConfig(model="m")
+    with pytest.raises(ValueError, match="either card or price, temperature, not both"):
+        JudgeConfig(card="grader.yaml", temperature=0, price={"per_m_input": 1})
 
 
 def test_the_cache_file_survives_the_judge_and_belongs_to_its_prompt(grader, tmp_path):
