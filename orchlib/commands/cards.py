@@ -1,4 +1,8 @@
-"""`orchlib cards list|show|validate|export|describe`: look at, check, convert and describe tool cards.
+"""`orchlib cards list|show|validate|export|import|describe`: look at, check, convert and describe tool cards.
+
+`import` writes one card file per tool from OpenAI / MCP / JSON Schema definitions (a JSON file, a JSON
+list, a tools/list result, or JSON lines such as function-calling benchmarks use) or from a running MCP
+server's tools/list; every card is made and checked before any file is written.
 
 `validate` prints one line per problem (`file:line: field: problem`) and exits 2 when there is any.
 `describe` tries a card's tool on sampled tasks and writes its description from the results
@@ -10,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
+from typing import Any, Iterable
 
 __all__ = ["add_parser", "FORMATS"]
 
@@ -43,6 +49,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--with-costs", action="store_true", help="append price and latency to descriptions")
     exp.add_argument("--out", help="write to this file instead of standard output")
     exp.set_defaults(handler=run_export)
+
+    imp = cmds.add_parser("import", help="card files from OpenAI / MCP / JSON Schema tool definitions or an MCP "
+                                         "server (loose types normalised; what changed is counted)")
+    src = imp.add_mutually_exclusive_group(required=True)
+    src.add_argument("file", nargs="?", help="JSON or JSON lines: a definition, a list, {'tools': [...]}, or "
+                                             "records with a 'function' list")
+    src.add_argument("--mcp-command", metavar="CMD", help="a stdio MCP server to start, e.g. 'python server.py'")
+    src.add_argument("--mcp-url", metavar="URL", help="a streamable HTTP MCP server, e.g. http://127.0.0.1:8000/mcp")
+    imp.add_argument("--out", required=True, help="folder to write the card files to (NAME.yaml each)")
+    imp.add_argument("--format", choices=("auto", "openai", "mcp", "json-schema"), default="auto",
+                     help="what the file holds (auto: by each definition's keys)")
+    imp.add_argument("--kind", default="function", help="kind of the cards from a file (default function: "
+                                                        "schema-only until a function is bound)")
+    imp.add_argument("--force", action="store_true", help="overwrite card files that exist")
+    imp.add_argument("--changes", action="store_true", help="print every change made to a schema or name")
+    imp.set_defaults(handler=run_import)
 
     desc = cmds.add_parser("describe", help="try a card's tool on sampled tasks and write its description "
                                             "from the results (the card file is rewritten, comments kept)")
@@ -117,13 +139,123 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    text = json.dumps([_export(c, args.format, args.with_costs) for c in _load(args.path)], indent=2,
+    from orchlib.toolnames import ToolNames
+
+    cards = _load(args.path)
+    names = ToolNames([c.name for c in cards], args.format)  # one-to-one over the whole set
+    for card_name, shown in names.changed.items():  # a model's calls come back under the shown name
+        print(f"note: {card_name!r} is exported as {shown!r} ({args.format} forbids the name)", file=sys.stderr)
+    text = json.dumps([_export(c, args.format, args.with_costs, names.exported(c.name)) for c in cards], indent=2,
                       ensure_ascii=False)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")
     else:
         print(text)
     return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from orchlib.cards import CardError, save_card
+    from orchlib.cli import UsageError
+
+    out = Path(args.out)
+    try:
+        if args.file:
+            cards = _unique([_import_one(d, args.format, args.kind, where) for d, where in _definitions(args.file)])
+        else:
+            from orchlib.tools.mcp import mcp_cards
+
+            server = {"url": args.mcp_url} if args.mcp_url else dict(zip(("command", "args"),
+                                                                           _split_command(args.mcp_command)))
+            cards = mcp_cards(**server)
+    except (CardError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"{e.filename or args.file}: {e.strerror or e}") from None
+    except Exception as e:  # the MCP server failed (ToolError): not bad input, a failed run
+        print(f"orchlib cards import: {e}", file=sys.stderr)
+        return 1
+    targets = [out / f"{c.name}.yaml" for c in cards]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not args.force:
+        raise UsageError(f"{len(existing)} card file(s) exist, e.g. {existing[0]} (--force overwrites)")
+    for card, target in zip(cards, targets):
+        save_card(card, target)
+    changes = [f"{c.name}: {note}" for c in cards for note in c.normalized]
+    print(f"wrote {len(cards)} card(s) to {out}; {len(changes)} change(s) to names or schemas in "
+          f"{sum(bool(c.normalized) for c in cards)} card(s)" + ("" if args.changes or not changes else
+                                                                 " (--changes lists them)"))
+    if args.changes:
+        print("\n".join(changes))
+    return 0
+
+
+def _split_command(text: str) -> tuple[str, list[str]]:
+    parts = shlex.split(text)
+    if not parts:
+        raise ValueError("--mcp-command is empty")
+    return parts[0], parts[1:]
+
+
+def _definitions(path: str) -> Iterable[tuple[dict[str, Any], str]]:
+    """(definition, where) for each tool definition in a JSON or JSON-lines file."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        docs = [(json.loads(text), path)]
+    except json.JSONDecodeError as whole:
+        docs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append((json.loads(line), f"{path}:{n}"))
+            except json.JSONDecodeError as e:
+                if n == 1:  # neither one JSON document nor JSON lines: say where the document broke
+                    raise ValueError(f"{path}:{whole.lineno}: not JSON: {whole.msg}") from None
+                raise ValueError(f"{path}:{n}: not JSON: {e.msg} (column {e.colno})") from None
+    for doc, where in docs:
+        yield from _unpack(doc, where)
+
+
+def _unpack(doc: Any, where: str) -> Iterable[tuple[dict[str, Any], str]]:
+    if isinstance(doc, list):
+        for i, d in enumerate(doc):
+            yield from _unpack(d, f"{where}[{i}]")
+    elif isinstance(doc, dict) and isinstance(doc.get("tools"), list):  # an MCP tools/list result
+        yield from _unpack(doc["tools"], f"{where}.tools")
+    elif isinstance(doc, dict) and isinstance(doc.get("function"), list):  # a benchmark record
+        yield from _unpack(doc["function"], f"{where}.function")
+    elif isinstance(doc, dict):
+        yield doc, where
+    else:
+        raise ValueError(f"{where}: expected a tool definition (a JSON object), got {type(doc).__name__}")
+
+
+def _import_one(d: dict[str, Any], fmt: str, kind: str, where: str):
+    from orchlib.cards import CardError, ToolCard
+
+    if fmt == "auto":
+        fmt = ("mcp" if "inputSchema" in d else "openai" if d.get("type") == "function" or "parameters" in d
+               or ("name" in d and "properties" not in d) else "json-schema")
+    try:
+        if fmt == "mcp":
+            return ToolCard.from_mcp(d, kind=kind)
+        if fmt == "openai":
+            return ToolCard.from_openai(d, kind=kind)
+        return ToolCard.from_json_schema(d, kind=kind)
+    except CardError as e:  # name the place in the file, not only the tool
+        raise CardError(where, 0, e.field, e.problem) from None
+
+
+def _unique(cards: list) -> list:
+    """One card per name: a definition repeated as it was (benchmarks repeat a function in many
+    records) is kept once; two different definitions under one name are an error."""
+    seen: dict[str, Any] = {}
+    for card in cards:
+        if card.name in seen and seen[card.name] != card:
+            raise ValueError(f"two different definitions of tool {card.name!r}")
+        seen.setdefault(card.name, card)
+    return list(seen.values())
 
 
 def run_describe(args: argparse.Namespace) -> int:
@@ -158,5 +290,7 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(card, fmt: str, with_costs: bool) -> dict:
-    return {"openai": card.to_openai, "transformers": card.to_transformers, "mcp": card.to_mcp}[fmt](with_costs)
+def _export(card, fmt: str, with_costs: bool, name: str | None = None) -> dict:
+    if fmt == "transformers":
+        return card.to_transformers(with_costs)
+    return {"openai": card.to_openai, "mcp": card.to_mcp}[fmt](with_costs, name=name)

@@ -15,8 +15,9 @@ from typing import Iterable, Iterator, Sequence
 
 from orchlib.cards import CardError, ToolCard, load_cards
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, run_sync, task_text
-from orchlib.tools.function import FunctionTool
+from orchlib.tools.function import STATE, FunctionTool, State, bind
 from orchlib.tools.llm import LLMTool
+from orchlib.tools.mcp import MCPTool
 from orchlib.tools.python import PythonTool
 from orchlib.tools.replay import ReplayTool, replay_lookup
 from orchlib.tools.search import SearchTool
@@ -24,8 +25,8 @@ from orchlib.tools.simulated import SimulatedTool
 from orchlib.trajectory import Observation, ToolCall
 
 __all__ = ["BACKENDS", "build_tool", "Toolbox", "Tool", "ToolContext", "ToolError", "FunctionTool", "PythonTool",
-           "SearchTool", "LLMTool", "ReplayTool", "SimulatedTool", "replay_lookup", "approx_tokens", "task_text",
-           "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_PARALLEL", "CardError"]
+           "SearchTool", "LLMTool", "MCPTool", "ReplayTool", "SimulatedTool", "replay_lookup", "approx_tokens",
+           "task_text", "bind", "State", "STATE", "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_PARALLEL", "CardError"]
 
 # kind -> backend class. Add a backend by writing a Tool subclass and adding it here.
 BACKENDS: dict[str, type[Tool]] = {
@@ -35,6 +36,7 @@ BACKENDS: dict[str, type[Tool]] = {
     "llm": LLMTool,
     "replay": ReplayTool,
     "simulated": SimulatedTool,
+    "mcp": MCPTool,
 }
 
 # A turn waits for its slowest call; 60 s bounds a hung tool while letting a real API model answer
@@ -100,8 +102,9 @@ class Toolbox:
         return Toolbox(self._tools[n] for n in names)
 
     def schemas(self, with_costs: bool = False) -> list[dict]:
-        """OpenAI-format tool list for the chat template (`tools=`)."""
-        return [t.card.to_openai(with_costs) for t in self._tools.values()]
+        """OpenAI-format tool list for the chat template (`tools=`), each under its card's own name (the
+        template and the `<tool_call>` parser take dotted names; `card.to_openai` maps them for the API)."""
+        return [t.card.to_transformers(with_costs) for t in self._tools.values()]
 
     async def call(self, call: ToolCall, context: ToolContext | None = None, *,
                    timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Observation:
