@@ -46,7 +46,7 @@ def processes_of(uid: int) -> list[int]:
 def test_runs_code_shows_last_expression_and_prices_seconds():
     obs = run("import math, numpy as np\nprint('hi')\nx = np.arange(4)\nint(x.sum()) + math.factorial(3)")
     assert obs.error is None and obs.content == "hi\n12"
-    assert obs.tool == "python" and obs.label == "" and 0 < obs.latency_s < 5
+    assert obs.tool == "python" and obs.label.startswith("sandbox: ") and 0 < obs.latency_s < 5
     assert obs.cost_usd == pytest.approx(0.0000083 * obs.latency_s)
 
 

@@ -2,8 +2,12 @@
 
 It is not imported by the library. Order matters: limits first, then the modules to preload (read
 while the process may still read the interpreter's files), then privileges are dropped, then the
-audit hook is installed, and only then is the user's code (read from stdin) executed.
+guards are installed, and only then is the user's code (read from stdin) executed.
 Exit status: 0 ok, 1 the code raised (traceback on stderr), 3 the sandbox could not be set up.
+
+The guards (an audit hook, PEP 578, and the removal of functions no audit event covers) keep their
+state in closures of `_install_guards`, not in this module's globals: the user's code can reach this
+module (`sys.modules`, frames), and a global such as the working directory could be rewritten.
 """
 
 import ast
@@ -14,6 +18,7 @@ import resource
 import signal
 import sys
 import traceback
+import types
 
 cfg = json.loads(sys.argv[1])
 code = sys.stdin.read()
@@ -56,62 +61,223 @@ except OSError as e:
     print(f"sandbox: could not drop privileges or enter the working directory: {e}", file=sys.stderr)
     os._exit(3)
 
-WORKDIR = os.path.realpath(cfg["workdir"])
-WRITABLE = {os.devnull}
-PROCESS_EVENTS = {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
-                  "subprocess.Popen", "pty.spawn"}
-# event -> positions of the paths it writes
-PATH_EVENTS = {"os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.symlink": (1,),
-               "os.link": (1,), "os.chmod": (0,), "os.chown": (0,), "os.truncate": (0,), "os.utime": (0,),
-               "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,),
-               "shutil.copytree": (1,), "shutil.move": (1,), "os.mkfifo": (0,), "os.mknod": (0,)}
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-BLOCKED_MODULES = {"_posixsubprocess", "_ctypes"} | ({"_socket"} if not cfg["allow_network"] else set())
-for _name in BLOCKED_MODULES:
-    sys.modules.pop(_name, None)
+
+def _install_guards(cfg):
+    import _imp
+    import pathlib
+    import stat
+
+    # Every function the checks call is bound here, once: the user's code can rebind module attributes
+    # (posixpath.realpath, os.lstat, ...) and reach this module's globals through its frames, but not
+    # these closures. Settings are copied out of `cfg` for the same reason.
+    lstat, readlink, getcwd, is_link, is_dir = os.lstat, os.readlink, os.getcwd, stat.S_ISLNK, stat.S_ISDIR
+    pure_str, pure_fspath = pathlib.PurePath.__str__, pathlib.PurePath.__fspath__
+    path_types, dir_entry = (pathlib.PosixPath, pathlib.PurePosixPath), os.DirEntry
+    isinstance_, str_, bytes_, int_, type_ = isinstance, str, bytes, int, type
+    len_, any_, getattr_, id_, namespace = len, any, getattr, id, types.SimpleNamespace
+
+    def real(path):
+        """posixpath.realpath(path, strict=False), on the bound functions above."""
+        if not path.startswith("/"):
+            path = getcwd() + "/" + path
+        pending, parts, hops = [p for p in path.split("/") if p][::-1], [], 0
+        while pending:
+            part = pending.pop()
+            if part == ".":
+                continue
+            if part == "..":
+                if parts:
+                    parts.pop()
+                continue
+            candidate = "/" + "/".join([*parts, part])
+            try:
+                mode = lstat(candidate).st_mode
+            except OSError:  # missing: the rest is taken as written, like realpath
+                parts.append(part)
+                continue
+            if not is_link(mode) or hops >= 40:
+                parts.append(part)
+                continue
+            hops += 1
+            target = readlink(candidate)
+            if target.startswith("/"):
+                parts = []
+            pending.extend([p for p in target.split("/") if p][::-1])
+        return "/" + "/".join(parts)
+
+    def text(path):
+        """The path as the kernel got it. A path-like object counts only if it cannot answer one
+        thing to the system call and another to this check: pathlib's own classes and os.DirEntry."""
+        kind = type_(path)
+        if kind is str_:
+            return path
+        if kind is bytes_:
+            return path.decode("utf-8", "surrogateescape")
+        if kind is dir_entry:
+            return text(path.path)
+        if kind in path_types and kind.__fspath__ is pure_fspath and kind.__str__ is pure_str:
+            return pure_str(path)
+        refuse(f"a path given as {kind.__name__} (use str or pathlib.Path)")
+
+    workdir = real(cfg["workdir"])
+    allow_processes, allow_network = bool(cfg["allow_processes"]), bool(cfg["allow_network"])
+    writable = {os.devnull}
+    my_pid = os.getpid()
+    process_events = {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
+                      "subprocess.Popen", "pty.spawn"}
+    # event -> (position of a path it writes, position of the dir_fd that path is relative to, or None)
+    path_events = {
+        "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),), "os.chmod": ((0, 2),),
+        "os.chown": ((0, 3),), "os.utime": ((0, 3),), "os.truncate": ((0, None),),
+        "os.rename": ((0, 2), (1, 3)), "os.link": ((0, 2), (1, 3)), "os.symlink": ((1, 2),),
+        "os.setxattr": ((0, None),), "os.removexattr": ((0, None),), "os.chdir": ((0, None),),
+        "shutil.rmtree": ((0, None),), "shutil.copyfile": ((1, None),), "shutil.copytree": ((1, None),),
+        "shutil.move": ((1, None),),
+    }
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    blocked = {"_posixsubprocess": "starting processes", "_ctypes": "ctypes (it could bypass these checks)",
+               "ctypes": "ctypes (it could bypass these checks)"}
+    if not allow_network:
+        blocked.update(dict.fromkeys(["_socket", "socket", "_ssl", "ssl"], "network access"))
+    if cfg["isolation"] == "python":
+        # These create files through C calls no audit event reports (sem_open and shm_open in /dev/shm,
+        # SQL `ATTACH`, dbm and history files). Under bubblewrap they only reach the private folders.
+        blocked.update(dict.fromkeys(["_multiprocessing", "_posixshmem", "_sqlite3", "_dbm", "_gdbm", "readline"],
+                                     "writing files outside the working directory"))
+    # Forget what the preload imported (numpy imports ctypes), so that importing it raises the event.
+    for name in list(sys.modules):
+        if name.split(".")[0] in blocked:
+            del sys.modules[name]
+    # Interpreter internals that could rebuild a module with the functions removed below.
+    rebuild_refused = set(blocked) | {"posix", "_imp", "_signal", "gc", "_io", "builtins", "sys"}
+
+    def inside(path):
+        return path in writable or path == workdir or path.startswith(workdir + "/")
+
+    def resolve(path, dir_fd=None):
+        """The real path `path` names, relative to `dir_fd` (an open folder) when one is given."""
+        path = text(path)
+        if dir_fd not in (None, -1) and not path.startswith("/"):
+            path = readlink(f"/proc/self/fd/{dir_fd}") + "/" + path
+        return real(path)
+
+    def refuse(what):
+        raise PermissionError(f"sandbox: {what} is not allowed")
+
+    def climbs(path):
+        return ".." in path.split("/")
+
+    def check_open(path, mode, flags):
+        if path is None or isinstance_(path, int_):  # an fd already open: it was checked when opened
+            return
+        shown = text(path)
+        writes = (isinstance_(mode, str_) and any_(c in mode for c in "wax+")) or \
+                 (isinstance_(flags, int_) and flags & write_flags)
+        # The audit event carries no dir_fd (os.open(name, flags, dir_fd=...)). A relative path is safe
+        # to judge from the working directory only if it cannot climb: so `..` is refused, folders
+        # outside are never opened (no dir_fd can point outside), and symlinks cannot lead outside.
+        if not shown.startswith("/") and climbs(shown):
+            refuse(f"a relative path that climbs with '..' ({shown})")
+        target = real(shown)
+        if inside(target):
+            return
+        if writes:
+            refuse(f"writing outside the working directory ({shown})")
+        try:
+            folder = is_dir(lstat(target).st_mode)
+        except OSError:
+            folder = False
+        if folder:
+            refuse(f"opening a folder outside the working directory ({shown})")
+
+    def check_symlink_target(target):
+        target = text(target)
+        if target.startswith("/") and not inside(real(target)):
+            refuse(f"a symlink to outside the working directory ({target})")
+        if climbs(target):
+            refuse(f"a symlink that climbs with '..' ({target})")
+
+    def hook(event, args):
+        if event == "open":
+            check_open(*args)
+        elif event in path_events:
+            for at, fd_at in path_events[event]:
+                if at >= len_(args) or args[at] is None or isinstance_(args[at], int_):
+                    continue  # an fd: already checked when it was opened
+                dir_fd = args[fd_at] if fd_at is not None and fd_at < len_(args) else None
+                if not inside(resolve(args[at], dir_fd)):
+                    what = "leaving" if event == "os.chdir" else f"{event} outside"
+                    refuse(f"{what} the working directory ({text(args[at])})")
+            if event == "os.symlink":
+                check_symlink_target(args[0])
+        elif event in process_events and not allow_processes:
+            refuse(f"starting processes ({event})")
+        elif event in ("os.kill", "os.killpg") and args[0] not in (0, my_pid):
+            refuse(f"signalling other processes ({event})")
+        elif event == "resource.prlimit" and args[0] not in (0, my_pid):
+            refuse("changing another process's limits (resource.prlimit)")
+        elif event.startswith("ctypes."):
+            refuse("ctypes (it could bypass these checks)")
+        elif event.startswith("socket.") and not allow_network:
+            refuse(f"network access ({event})")
+        elif event == "import" and args[0] in blocked:
+            refuse(f"{blocked[args[0]]} (import {args[0]})")
+        elif event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"):
+            refuse(f"{event} (it could reach these checks)")
+        elif event == "orchlib.sandbox.rebuild":
+            results.append(rebuild(*args))
+
+    # No audit event reports these: without them a FIFO or device node could be made anywhere /tmp-like,
+    # the process could leave the group the host kills, or signal the host through a pidfd.
+    unaudited = ["mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "pidfd_open", "setpriority",
+                 "sched_setaffinity", "sched_setscheduler", "sched_setparam"]
+    for module in (os, sys.modules["posix"]):
+        for name in unaudited:
+            module.__dict__.pop(name, None)
+    signal.__dict__.pop("pidfd_send_signal", None)
+    sys.modules["_signal"].__dict__.pop("pidfd_send_signal", None)
+
+    # _imp.create_builtin / create_dynamic load a module without the "import" audit event (a fresh
+    # posix would have the functions removed above; _ctypes would load from its file). The wrappers
+    # raise an event instead; the hook checks it and calls the real function, which only this closure
+    # holds. The name is read once, and a fresh spec carries it, so a spec cannot change its name.
+    originals = {n: getattr_(_imp, n) for n in ("create_builtin", "create_dynamic", "exec_builtin", "exec_dynamic")}
+    protected = {id_(m) for n, m in sys.modules.items() if n in rebuild_refused}
+    results = []
+
+    def rebuild(function, arg, *rest):
+        if function.startswith("exec_"):
+            if id_(arg) in protected:
+                refuse(f"running {getattr_(arg, '__name__', '?')} again")
+            return originals[function](arg)
+        name, origin = getattr_(arg, "name", None), getattr_(arg, "origin", None)
+        if type(name) is not str or (origin is not None and type(origin) is not str):
+            refuse("loading a module from a made-up spec")
+        if name in rebuild_refused:
+            refuse(f"loading {name} again")
+        return originals[function](namespace(name=name, origin=origin), *rest)
+
+    for function in originals:
+        def wrapper(arg, *rest, _function=function):
+            sys.audit("orchlib.sandbox.rebuild", _function, arg, *rest)
+            return results.pop()
+        _imp.__dict__[function] = wrapper
+
+    sys.addaudithook(hook)
 
 
-def _inside(path):
-    if isinstance(path, int):  # an fd already open
-        return True
-    real = os.path.realpath(os.fsdecode(path))
-    return real in WRITABLE or real == WORKDIR or real.startswith(WORKDIR + os.sep)
-
-
-def _refuse(what):
-    raise PermissionError(f"sandbox: {what} is not allowed")
-
-
-def _hook(event, args):
-    if event == "open":
-        path, mode, flags = args
-        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                 (isinstance(flags, int) and flags & WRITE_FLAGS)
-        if writes and path is not None and not _inside(path):
-            _refuse(f"writing outside the working directory ({os.fsdecode(path)})")
-    elif event in PATH_EVENTS:
-        for i in PATH_EVENTS[event]:
-            if i < len(args) and args[i] is not None and not _inside(args[i]):
-                _refuse(f"{event} outside the working directory ({os.fsdecode(args[i])})")
-    elif event in PROCESS_EVENTS and not cfg["allow_processes"]:
-        _refuse(f"starting processes ({event})")
-    elif event in ("os.kill", "os.killpg") and args[0] not in (0, os.getpid()):
-        _refuse(f"signalling other processes ({event})")
-    elif event.startswith("ctypes."):
-        _refuse("ctypes (it could bypass these checks)")
-    elif event.startswith("socket.") and not cfg["allow_network"]:
-        _refuse(f"network access ({event})")
-    elif event == "import" and args[0] in BLOCKED_MODULES:
-        _refuse(f"importing {args[0]}")
-
-
-sys.addaudithook(_hook)
+_install_guards(cfg)
+del _install_guards
 
 
 def _main():
     filename = "<sandbox>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    # The user's code gets its own __main__: this runner's module stays out of `import __main__`.
+    user_main = types.ModuleType("__main__")
+    user_main.__builtins__ = builtins
+    sys.modules["__main__"] = user_main
+    namespace = user_main.__dict__
     try:
         tree = ast.parse(code, filename, "exec")
         last = None

@@ -30,15 +30,17 @@ code may need in `preload` when Python is installed under a private folder (e.g.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,6 +76,9 @@ class PythonSettings(BaseModel):
     preload: list[str] = Field(default_factory=lambda: list(DEFAULT_PRELOAD),
                                description="modules imported before privileges are dropped")
     python: str | None = Field(None, description="interpreter; default: the one running orchlib")
+    isolation: Literal["auto", "bwrap", "python"] = Field(
+        "auto", description="auto: bubblewrap when it works on this host, else the Python guards alone; "
+                            "bwrap: require it; python: the Python guards alone")
     argument: str = Field("code", description="which argument holds the code")
 
 
@@ -89,7 +94,9 @@ class PythonTool(Tool):
 
 
 async def run_code(code: str, s: PythonSettings) -> Observation:
-    """Run `code` under the limits of `s`; the Observation's error says which limit ended it."""
+    """Run `code` under the limits of `s`; the Observation's error says which limit ended it, and its
+    label which isolation ran ("sandbox: bwrap" or "sandbox: python guards")."""
+    isolation = _isolation(s)
     as_root = os.geteuid() == 0 and s.uid is not None
     workdir = tempfile.mkdtemp(prefix="orchlib-sandbox-")
     try:
@@ -99,11 +106,60 @@ async def run_code(code: str, s: PythonSettings) -> Observation:
             "cpu_s": s.cpu_s, "memory_bytes": s.memory_mb * 2**20, "file_bytes": s.file_mb * 2**20,
             "open_files": s.open_files, "nproc": _nproc(s, as_root), "preload": s.preload,
             "uid": s.uid if as_root else None, "gid": s.uid if as_root else None, "workdir": workdir,
-            "allow_processes": s.allow_processes, "allow_network": s.allow_network,
+            "allow_processes": s.allow_processes, "allow_network": s.allow_network, "isolation": isolation,
         }
-        return await _supervise(code, s, config, workdir)
+        python = [s.python or sys.executable, "-I", "-B", "-c", CHILD_SOURCE, json.dumps(config)]
+        argv = _bwrap_prefix(workdir, as_root, s.allow_network) + python if isolation == "bwrap" else python
+        obs = await _supervise(argv, code, s, config, workdir, signal_base=128 if isolation == "bwrap" else None)
+        return obs.model_copy(update={"label": LABELS[isolation]})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # root may always remove what the sandbox uid wrote
+
+
+LABELS = {"bwrap": "sandbox: bwrap", "python": "sandbox: python guards"}
+
+
+def _isolation(s: PythonSettings) -> str:
+    if s.isolation == "python":
+        return "python"
+    if bwrap_works():
+        return "bwrap"
+    if s.isolation == "bwrap":
+        raise ToolError("isolation 'bwrap' was asked for, but bubblewrap is not installed or cannot make "
+                        "namespaces here (Debian: apt-get install bubblewrap); use isolation 'auto' or 'python'")
+    return "python"
+
+
+def _bwrap_prefix(workdir: str, as_root: bool, allow_network: bool) -> list[str]:
+    """bubblewrap (https://github.com/containers/bubblewrap): the system read-only, a private /tmp with
+    only the working folder in it, a private /dev and /proc, no network, its own pid namespace (every
+    process in it dies with it) and bwrap dies with its parent. As root it keeps only the two
+    capabilities the child needs to drop to the sandbox uid; without root bwrap uses a user namespace."""
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--bind", workdir, workdir, "--chdir", "/", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--die-with-parent"]
+    if not allow_network:
+        argv.append("--unshare-net")
+    if as_root:
+        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return [*argv, "--"]
+
+
+@functools.cache
+def bwrap_works() -> bool:
+    """Whether bubblewrap is installed and can make the namespaces above here (checked once per process;
+    containers often forbid them)."""
+    if shutil.which("bwrap") is None:
+        return False
+    workdir = tempfile.mkdtemp(prefix="orchlib-sandbox-probe-")
+    try:
+        done = subprocess.run([*_bwrap_prefix(workdir, os.geteuid() == 0, False), "/bin/sh", "-c", "exit 0"],
+                              capture_output=True, timeout=10)
+        return done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _environment(workdir: str, s: PythonSettings) -> dict[str, str]:
@@ -129,9 +185,10 @@ def _nproc(s: PythonSettings, as_root: bool) -> int:
     return mine + s.max_processes
 
 
-async def _supervise(code: str, s: PythonSettings, config: dict[str, Any], workdir: str) -> Observation:
+async def _supervise(argv: list[str], code: str, s: PythonSettings, config: dict[str, Any], workdir: str,
+                     signal_base: int | None) -> Observation:
     proc = await asyncio.create_subprocess_exec(
-        s.python or sys.executable, "-I", "-B", "-c", CHILD_SOURCE, json.dumps(config),
+        *argv,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         cwd=workdir, env=_environment(workdir, s), start_new_session=True)
     out, err = _Capture(s), _Capture(s)
@@ -155,6 +212,8 @@ async def _supervise(code: str, s: PythonSettings, config: dict[str, Any], workd
         for task in pending:
             task.cancel()
     status = proc.returncode
+    if signal_base is not None and status > signal_base:  # bwrap exits 128 + n when its child died of signal n
+        status = signal_base - status
     output = _join(out.text(), err.text(), s.max_output_chars, out.total + err.total)
     error = None
     if timed_out:
