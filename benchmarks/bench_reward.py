@@ -1,4 +1,4 @@
-"""Run: .venv/bin/python benchmarks/bench_reward.py [--trajectories 100000] [--group 8] [--rowwise-groups 40] [--tools 8]
+"""Run: .venv/bin/python benchmarks/bench_reward.py [--trajectories 100000] [--group 8] [--tools 8]
 
 How fast is the compiled ToolOrchestra reward (rewards/toolorchestra.yaml)? Over 100 000 synthetic
 trajectories in groups of 8 with three tools, it times, in one run on the same data:

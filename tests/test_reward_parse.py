@@ -5,7 +5,7 @@ import sympy
 
 from orchlib.reward import RewardSyntaxError, parse
 from orchlib.reward.names import symbol
-from orchlib.reward.forms import LoopSymbol, Where
+from orchlib.reward.forms import Where
 from orchlib.reward.parse import GROUP_FUNCTIONS, ToolSum
 
 cost, latency, outcome = symbol("cost"), symbol("latency"), symbol("outcome")

@@ -314,7 +314,9 @@ class _Builder:
             raise self.refuse(node, "tools can only be iterated: sum(... for t in tools)")
         if name in FUNCTIONS:
             raise self.refuse(node, f"`{name}` is a function: call it, e.g. {name}(...)")
-        known = ", ".join([*FEATURES, *CONSTANT_NAMES]) + (f"; terms: {', '.join(sorted(self.terms))}" if self.terms else "")
+        known = ", ".join([*FEATURES, *CONSTANT_NAMES])
+        if self.terms:
+            known += f"; terms: {', '.join(sorted(self.terms))}"
         raise self.refuse(node, f"unknown name `{name}` (inputs: {known}; calls[t]; P.<field>)")
 
     def visit_Attribute(self, node: ast.Attribute) -> sympy.Basic:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -26,7 +25,8 @@ from orchlib.reward.features import (PreferenceLike, as_preference, features, gr
                                      preference_table, preference_value)
 from orchlib.reward.file import Located, RewardSpec, check_term_name, read_spec
 from orchlib.reward.forms import LoopSymbol
-from orchlib.reward.names import GROUP_SIZE, calls_name, is_feature_name, is_p_name, latex_name, p_tool_name, symbol, tool_of
+from orchlib.reward.names import (GROUP_SIZE, calls_name, is_feature_name, is_p_name, latex_name, p_tool_name,
+                                  symbol, tool_of)
 from orchlib.reward.parse import Parsed, parse
 from orchlib.shipped import shipped_path
 from orchlib.reward.rowwise import evaluate_rows
