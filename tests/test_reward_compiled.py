@@ -201,3 +201,18 @@ def test_long_conditions_compile():
     # 199 `and`s: printed as a balanced tree, not 199 nested calls (Python allows 200 parentheses).
     text = " and ".join(f"cost > {i / 1000}" for i in range(1, 200))
     np.testing.assert_allclose(Reward(text)([{"cost": 1.0}, {"cost": 0.1}]), [1.0, 0.0])
+
+
+@pytest.mark.parametrize("reward", [
+    Reward("where(mean(where(cost > 1.5, 1, 0)) > 0.5, 1, 0)"),
+    Reward("where(share > 0.5, 1, 0)", terms={"share": "mean(where(cost > 1.5, 1, 0))"}),
+])
+def test_group_operator_inside_a_condition_stays_whole(reward):
+    # Two of three rollouts cost more than 1.5: the mean is 2/3 > 0.5 for every rollout. sympy's
+    # Piecewise gave [0, 1, 1] (the mean pushed into the branches) in the compiled form or, inside a
+    # named term, in reference(), expression and latex().
+    group = [{"cost": 1.0}, {"cost": 3.0}, {"cost": 2.0}]
+    np.testing.assert_allclose(reward(group), [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(reward.reference(group), [1.0, 1.0, 1.0])
+    assert str(reward.expression) == "where(mean(where(cost > 1.5, 1, 0)) > 0.5, 1, 0)"
+    assert reward.latex() == (r"\left[\operatorname{mean}\left(\left[\mathrm{cost} > 1.5\right]\right) > 0.5\right]")
