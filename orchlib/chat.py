@@ -99,11 +99,13 @@ class ToolCallParseError(ValueError):
 _TAG = re.compile(re.escape(TOOL_CALL) + "|" + re.escape(TOOL_CALL_END))
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+def parse_tool_calls(text: str, names: Any = None) -> tuple[str, list[ToolCall]]:
     """Split assistant text into (content outside the calls, calls).
 
     Tolerant of whitespace around the JSON, strict about the JSON itself: it must be one object with
     a string "name" and an object "arguments" (may be omitted for no arguments), nothing else.
+    `names`: the `orchlib.toolnames.ToolNames` the tools were listed under, when an export mapped
+    them; calls come back under the cards' names (a name it does not know stays as written).
     """
     calls: list[ToolCall] = []
     content_parts: list[str] = []
@@ -122,6 +124,8 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     if open_at >= 0:
         raise ToolCallParseError(f"{TOOL_CALL} is never closed with {TOOL_CALL_END}", open_at - len(TOOL_CALL))
     content_parts.append(text[pos:])
+    if names is not None:
+        calls = [ToolCall(name=names.internal(c.name), arguments=c.arguments) for c in calls]
     return "".join(content_parts).strip(), calls
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from fractions import Fraction
 from pathlib import Path
+from typing import Annotated
 
 import pytest
 
 from orchlib.cards import CardError, ToolCard, load_card
-from orchlib.tools import FunctionTool, ToolContext, build_tool
+from orchlib.tools import STATE, FunctionTool, State, ToolContext, bind, build_tool
 from orchlib.tools.calculator import calculate, evaluate
 
 CARDS = Path(__file__).resolve().parents[1] / "toolcards"
@@ -163,3 +164,75 @@ def test_card_schema_must_fit_the_function():
 
 def test_fraction_parsing_keeps_decimals_exact():
     assert evaluate("0.1") == Fraction(1, 10)
+
+
+# ------------------------------------------------------------------ the state parameter, bound functions
+def stock(item: str, db: State) -> int:
+    """Units of an item in the episode's store.
+
+    Args:
+        item: the item
+    """
+    return db[item]
+
+
+def stock_typed(item: str, store: Annotated[dict, STATE]) -> int:
+    """Units, with the state's own type kept for the reader.
+
+    Args:
+        item: the item
+    """
+    return store[item]
+
+
+def stock_named(item: str, inventory: dict = None) -> int:
+    """Units, the state parameter named in the card.
+
+    Args:
+        item: the item
+    """
+    return inventory[item]
+
+
+def test_state_parameter_by_annotation_by_name_or_by_setting(tmp_path):
+    ctx = ToolContext(env={"apple": 3})
+    for fn, state in [(stock, None), (stock_typed, None), (stock_named, "inventory")]:
+        tool = FunctionTool.from_function(fn, state=state)
+        assert tool.card.parameters == {"type": "object", "properties": {"item": {"type": "string",
+                                        "description": "the item"}}, "required": ["item"]}, fn
+        assert tool.call_sync({"item": "apple"}, ctx).content == "3"
+    # the same from a card file: the setting names the parameter, the annotation needs nothing
+    card_file = tmp_path / "stock.yaml"
+    card_file.write_text(f"name: stock\nkind: function\ndescription: d\nbackend:\n  callable: {__name__}:stock_named\n"
+                         "  state: inventory\nparameters:\n  type: object\n  properties: {item: {type: string}}\n"
+                         "  required: [item]\n")
+    assert build_tool(load_card(card_file)).call_sync({"item": "apple"}, ctx).content == "3"
+    card_file.write_text(card_file.read_text().replace("state: inventory", "state: warehouse"))
+    with pytest.raises(CardError, match=r"stock.yaml:6: backend.state: .*no parameter 'warehouse'"):
+        build_tool(load_card(card_file))
+
+    def two(a: State, b: State) -> None:
+        """Two states."""
+
+    with pytest.raises(TypeError, match="are all marked State"):
+        FunctionTool.from_function(two)
+    clash = ToolCard(name="stock", kind="function", description="d", backend={"state": "db"},
+                     parameters={"type": "object", "properties": {"item": {"type": "string"}, "db": {}}})
+    with pytest.raises(CardError, match="'db' receives the episode's state"):
+        FunctionTool(clash, fn=stock)
+
+
+def test_a_function_object_needs_no_callable_path_and_a_schema_only_card_says_so():
+    card = ToolCard(name="stock", kind="function", description="Units of an item.",
+                    parameters={"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]})
+    unbound = build_tool(card)
+    assert not unbound.bound
+    obs = unbound.call_sync({"item": "apple"})
+    assert obs.error_kind == "tool_failure" and "has a schema and no implementation" in obs.error
+    assert unbound.call_sync({"item": 3}).error_kind == "schema_violation"  # checked all the same
+    tool = FunctionTool(card, fn=stock)  # no backend.callable needed
+    assert tool.bound and tool.call_sync({"item": "apple"}, ToolContext(env={"apple": 5})).content == "5"
+    assert bind(card, lambda item: item.upper()).call_sync({"item": "pear"}).content == "PEAR"
+    assert unbound.bind(lambda item: 7).call_sync({"item": "x"}).content == "7"
+    with pytest.raises(CardError, match=r"does not match .*the function requires \['qty'\]"):
+        bind(card, lambda item, qty: 0)
