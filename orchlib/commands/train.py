@@ -18,8 +18,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchlib.atomic import write_text_atomic
+    from orchlib.cards import CardError
     from orchlib.cli import UsageError
+    from orchlib.commands._output import writable_folder
     from orchlib.configfile import ConfigFileError, load_config
+    from orchlib.models import PolicyLoadError
+    from orchlib.reward import RewardFileError
+    from orchlib.tasks import TaskFileError
     from orchlib.train.run import RunConfig, run_training
 
     try:
@@ -33,9 +39,12 @@ def run(args: argparse.Namespace) -> int:
         for value in [values] if isinstance(values, str) else values or []:
             if not Path(value).exists():
                 raise UsageError(f"{args.config}: {field}: {value} does not exist")
-    trainer = run_training(cfg)
-    out = Path(cfg.out)
-    (out / "history.json").write_text(json.dumps(trainer.history, indent=1))
+    out = writable_folder(cfg.out, f"{args.config}: out:")  # before minutes of training
+    try:
+        trainer = run_training(cfg)
+    except (PolicyLoadError, CardError, RewardFileError, TaskFileError) as e:  # read before the first step
+        raise UsageError(f"{args.config}: {e}") from None
+    write_text_atomic(out / "history.json", json.dumps(trainer.history, indent=1))  # never half written
     last = trainer.history[-1] if trainer.history else {}
     print(f"trained {trainer.step_count} steps; reward {last.get('reward', float('nan')):.3f}, "
           f"accuracy {last.get('accuracy', float('nan')):.2f}; checkpoint in {out / 'checkpoint'}")
