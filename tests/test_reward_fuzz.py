@@ -25,6 +25,7 @@ TOKENS = [
     ".", ",", ":", "(", ")", "[", "]", "{", "}", "+", "-", "*", "/", "**", "//", "%", "@", "<", "<=", ">",
     ">=", "==", "!=", "=", ":=", "and", "or", "not", "in", "is", "if", "else", "for", "lambda", "yield",
     "sum", "min", "max", "clip", "exp", "log", "abs", "where", "minmax", "zscore", "rank", "mean", "open",
+    "count", "sin", "cos", "G", "pi",
     "__import__", "__class__", "__globals__", "eval", "exec", "'os'", "'gpt-5'", '"a"', "b'x'", "f'{x}'",
     "0", "1", "2", "0.5", "1e308", "1e309", "10", "1j", "-1", "9" * 40, "True", "None", "...", "#", "\\",
     "\n", "\t", " ", "é", "∑", "\x00", "P.tools", "P.cost", "calls[t]", "for t in tools", "P.__class__",
@@ -44,6 +45,7 @@ def char_soup(rng: random.Random) -> str:
 
 FEATURE_NAMES = ["outcome", "cost", "latency", "turns", "tokens", "errors"]
 FUNCS = ["min", "max", "clip", "exp", "log", "abs", "where", "minmax", "zscore", "rank", "mean", "sum",
+         "count", "sin", "cos",
          "open", "eval", "getattr", "__import__", "len"]
 
 
@@ -78,7 +80,7 @@ class AstGen:
         if kind == "where":
             return ast.Call(ast.Name("where", ast.Load()), [self.expr(d), self.expr(d), self.expr(d)], [])
         if kind == "group":
-            name = r.choice(["minmax", "zscore", "rank", "mean"])
+            name = r.choice(["minmax", "zscore", "rank", "mean", "max", "min", "sum", "count"])
             return ast.Call(ast.Name(name, ast.Load()), [self.expr(d)], [])
         if kind == "sum":
             var = r.choice(["t", "u", "cost", "tools"])
@@ -100,7 +102,7 @@ class AstGen:
         r = self.rng
         kind = r.choices(["feature", "number", "p", "calls", "ptool", "odd"], weights=[30, 25, 15, 8, 6, 4])[0]
         if kind == "feature":
-            return ast.Name(r.choice(FEATURE_NAMES), ast.Load())
+            return ast.Name(r.choice([*FEATURE_NAMES, "G", "pi"]), ast.Load())
         if kind == "number":
             value = r.choice([0, 1, 2, 3, 0.5, 1e-3, 1e300, 7.25, 10, 100, 0.0, 2**62, 1e-310, True, False])
             return ast.Constant(value)
