@@ -53,4 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m orchlib.cli` runs this file as __main__; the commands raise orchlib.cli.UsageError, a
+    # different class from __main__.UsageError, so run the imported module's main.
+    from orchlib.cli import main as imported_main
+
+    sys.exit(imported_main())

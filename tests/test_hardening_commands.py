@@ -173,3 +173,22 @@ def test_history_json_is_never_half_written(open_tmp, monkeypatch):
     assert code == 1 and "too large" in text.lower()
     assert json.loads((out / "history.json").read_text()) == [{"step": 1}]
     assert sorted(p.name for p in out.iterdir()) == ["history.json"]
+
+
+def test_python_dash_m_gives_the_same_one_line_errors(tmp_path):
+    """`python -m orchlib.cli` runs cli.py as __main__: its UsageError must still be the one caught."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "orchlib.cli", "reward", "show", str(tmp_path / "missing.yaml")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"orchlib reward: {tmp_path / 'missing.yaml'}:0: file: cannot read "
+                                   "(No such file or directory)")
+
+
+def test_a_reward_expression_error_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("x")
+    assert main(["reward", "check", str(bad)]) == 2
+    assert one_line(capsys).startswith(f"orchlib reward: {bad}: reward: unknown name `x`")

@@ -35,12 +35,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(path: str):
-    from orchlib.reward import Reward, RewardFileError
+    from orchlib.reward import Reward, RewardFileError, RewardSyntaxError
 
     try:
         return Reward.load(path)
     except RewardFileError as e:
         raise UsageError(str(e)) from None
+    except RewardSyntaxError as e:  # an expression the loader did not place on a line of the file
+        raise UsageError(f"{path}: reward: {e}") from None
     except OSError as e:
         raise UsageError(f"{path}:0: file: cannot read ({e.strerror or e})") from None
 
