@@ -135,5 +135,7 @@ def test_bad_toolboxes():
         Toolbox([tool, tool])
     with pytest.raises(CardError, match=r"<card ghost>:0: backend.callable: cannot import orchlib:nothing"):
         build_tool(ToolCard(name="ghost", kind="function", description="d", backend={"callable": "orchlib:nothing"}))
-    with pytest.raises(CardError, match="backend.callable: required field is missing"):
-        Toolbox.from_cards([ToolCard(name="x", kind="function", description="d")])
+    # no backend.callable: a schema-only card, listed and checked; a call says nothing is bound
+    [obs] = Toolbox.from_cards([ToolCard(name="x", kind="function", description="d")]).call_many_sync(
+        [ToolCall(name="x")])
+    assert obs.error_kind == "tool_failure" and "no implementation" in obs.error
