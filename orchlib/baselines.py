@@ -20,11 +20,13 @@ checkers), else the first line of the last output. Baselines therefore measure r
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -34,8 +36,8 @@ from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["BASELINES", "EVAL_ROLLOUT", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "run_routes",
-           "try_routes", "route_stats", "choose", "make_baselines"]
+__all__ = ["BASELINES", "EVAL_ROLLOUT", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "PromptMemo",
+           "run_routes", "try_routes", "route_stats", "choose", "make_baselines"]
 
 BASELINES: tuple[str, ...] = ("strongest", "cheapest", "random", "oracle")
 
@@ -65,6 +67,112 @@ def routes(task: Task, cards: Iterable[Any]) -> dict[str, list[ToolCall]]:
         if card.name in offered and card.final and card.input == "task":
             out.setdefault(card.name, [ToolCall(name=card.name)])
     return dict(sorted(out.items()))
+
+
+# ---------------------------------------------------------------------------------------------- memo
+class PromptMemo:
+    """A tokenizer that renders and tokenises each distinct prompt once: every route of a task, and
+    every baseline, starts from the same prompt, which is long (the system turn lists every tool).
+    Everything else goes to the tokenizer it wraps; the ids and text are the tokenizer's own.
+
+    Rendered prompts (`apply_chat_template(..., tokenize=False)`), their ids and the text of those ids
+    are kept for the life of the memo (one `try_routes` and the baselines built on it); other short
+    texts (the calls a route writes) in a small LRU."""
+
+    SHORT = 1024  # LRU entries for other texts: a route's call is the same text on every task
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._rendered: dict[tuple, str] = {}        # (messages, tools, options) → prompt text
+        self._prompt_ids: dict[str, list[int]] = {}  # prompt text → ids
+        self._decoded: dict[tuple[int, ...], str | None] = {}  # prompt ids → text (filled on first decode)
+        self._short: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
+        self._tools_json: OrderedDict[tuple[int, ...], tuple[list, str]] = OrderedDict()
+        self._short_text: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        self._prompt_lens: set[int] = set()
+
+    @classmethod
+    def of(cls, tokenizer) -> PromptMemo:
+        """`tokenizer` itself when it is a memo already (its prompts are kept), else a new memo over it."""
+        return tokenizer if isinstance(tokenizer, PromptMemo) else cls(tokenizer)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "tokenizer":  # not set yet (copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.tokenizer, name)
+
+    def apply_chat_template(self, conversation, tools=None, **kw):
+        if kw.get("tokenize", True):
+            return self.tokenizer.apply_chat_template(conversation, tools=tools, **kw)
+        plain = all(isinstance(m, dict) and m.keys() == {"role", "content"} and isinstance(m["role"], str)
+                    and isinstance(m["content"], str)
+                    for m in conversation)  # the rollout's system and user turns: no JSON needed for a key
+        turns = tuple((m["role"], m["content"]) for m in conversation) if plain else json.dumps(
+            conversation, sort_keys=True, default=str)
+        key = (turns, self._tools_key(tools), json.dumps(sorted(kw.items()), default=str))
+        text = self._rendered.get(key)
+        if text is None:
+            text = self._rendered[key] = self.tokenizer.apply_chat_template(conversation, tools=tools, **kw)
+            self._prompt_ids.setdefault(text, [])
+        return text
+
+    def _tools_key(self, tools) -> str | None:
+        """The tool list as JSON, found by the identity of its dicts when a toolbox hands out the same
+        ones every episode (Toolbox.schemas does); the list is held, so an id is never reused meanwhile."""
+        if tools is None:
+            return None
+        ids = tuple(map(id, tools))
+        found = self._tools_json.get(ids)
+        if found is None:
+            found = self._tools_json[ids] = (list(tools), json.dumps(tools, sort_keys=True, default=str))
+            if len(self._tools_json) > 64:
+                self._tools_json.popitem(last=False)
+        return found[1]
+
+    def encode(self, text: str, add_special_tokens: bool = True, **kw) -> list[int]:
+        if kw:
+            return self.tokenizer.encode(text, add_special_tokens=add_special_tokens, **kw)
+        ids = self._prompt_ids.get(text) if add_special_tokens is False else None
+        if ids is not None:  # a rendered prompt: a fresh list of the same ids
+            if not ids:
+                ids = self._prompt_ids[text] = list(self.tokenizer.encode(text, add_special_tokens=False))
+                self._decoded[tuple(ids)] = None
+                self._prompt_lens.add(len(ids))
+            return list(ids)
+        key = (text, add_special_tokens)
+        ids = self._short.get(key)
+        if ids is None:
+            ids = list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+            if len(text) <= 4096:
+                self._short[key] = ids
+                if len(self._short) > self.SHORT:
+                    self._short.popitem(last=False)
+        else:
+            self._short.move_to_end(key)
+        return list(ids)
+
+    def decode(self, ids, skip_special_tokens: bool = False, **kw) -> str:
+        if kw or skip_special_tokens:
+            return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, **kw)
+        n = len(ids)
+        if n > 256 and n not in self._prompt_lens:  # neither a prompt nor a short turn: not kept
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
+        key = tuple(ids)
+        if n > 256:
+            if key not in self._decoded:
+                return self.tokenizer.decode(ids, skip_special_tokens=False)
+            text = self._decoded[key]
+            if text is None:
+                text = self._decoded[key] = self.tokenizer.decode(list(key), skip_special_tokens=False)
+            return text
+        text = self._short_text.get(key)  # a turn a route writes is the same on every task
+        if text is None:
+            text = self._short_text[key] = self.tokenizer.decode(list(key), skip_special_tokens=False)
+            if len(self._short_text) > self.SHORT:
+                self._short_text.popitem(last=False)
+        else:
+            self._short_text.move_to_end(key)
+        return text
 
 
 # ---------------------------------------------------------------------------------------------- engine
@@ -127,41 +235,57 @@ class RouteResult:
 
 @dataclass
 class Trials:
-    """Every route of every task, run once: `results[task_id][label]`."""
+    """Every route of every task, run once: `results[task_id][label]`. `tokenizer` is the PromptMemo
+    the routes ran with; baselines built on these trials reuse its rendered prompts."""
 
     tasks: list[Task]
     routes: dict[str, dict[str, list[ToolCall]]]
     results: dict[str, dict[str, RouteResult]]
+    tokenizer: Any = field(default=None, repr=False)
+
+
+def _route_batches(tasks: list[Task], toolbox, tokenizer, config: RolloutConfig | None, seed: int | None,
+                   task_routes: Mapping[str, Mapping[str, list[ToolCall]]],
+                   ) -> Iterator[tuple[list[Task], dict[str, str], list[Trajectory]]]:
+    """(tasks, task id → label, trajectories) of the r-th route of every task, one batch per r, so a
+    caller can keep what it needs of a batch and let its trajectories go."""
+    tokenizer = PromptMemo.of(tokenizer)  # the prompt of a task is the same on every route
+    depth = max((len(r) for r in task_routes.values()), default=0)
+    for r in range(depth):
+        batch = [t for t in tasks if len(task_routes[t.id]) > r]
+        plan = {t.id: list(task_routes[t.id])[r] for t in batch}
+        engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
+        yield batch, plan, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)
 
 
 def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
                seed: int | None = 0, task_routes: Mapping[str, Mapping[str, list[ToolCall]]] | None = None,
                ) -> dict[str, dict[str, Trajectory]]:
     """task id → route label → its trajectory: every route of every task (`task_routes`, default
-    `routes(task, toolbox.cards)`) run once through the rollout, the r-th route of all tasks in one batch."""
+    `routes(task, toolbox.cards)`) run once through the rollout, the r-th route of all tasks in one batch.
+    Every trajectory is kept: for many tasks and routes, `try_routes` keeps only their results."""
     tasks = list(tasks)
     if task_routes is None:
         task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
     runs: dict[str, dict[str, Trajectory]] = {t.id: {} for t in tasks}
-    depth = max((len(r) for r in task_routes.values()), default=0)
-    for r in range(depth):
-        batch = [t for t in tasks if len(task_routes[t.id]) > r]
-        plan = {t.id: list(task_routes[t.id])[r] for t in batch}
-        engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
-        for t, traj in zip(batch, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)):
+    for batch, plan, trajectories in _route_batches(tasks, toolbox, tokenizer, config, seed, task_routes):
+        for t, traj in zip(batch, trajectories):
             runs[t.id][plan[t.id]] = traj
     return runs
 
 
 def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
                seed: int | None = 0) -> Trials:
-    """Run every route of every task once (`run_routes`) and keep each run's outcome, cost and latency."""
+    """Run every route of every task once and keep each run's outcome, cost and latency (the
+    trajectories of one route at a time are held, then let go)."""
     tasks = list(tasks)
     task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
-    runs = run_routes(tasks, toolbox, tokenizer, config, seed, task_routes)
-    results = {tid: {label: RouteResult(tr.outcome, tr.cost_usd, tr.latency_s) for label, tr in by_label.items()}
-               for tid, by_label in runs.items()}
-    return Trials(tasks, task_routes, results)
+    memo = PromptMemo.of(tokenizer)
+    results: dict[str, dict[str, RouteResult]] = {t.id: {} for t in tasks}
+    for batch, plan, trajectories in _route_batches(tasks, toolbox, memo, config, seed, task_routes):
+        for t, tr in zip(batch, trajectories):
+            results[t.id][plan[t.id]] = RouteResult(tr.outcome, tr.cost_usd, tr.latency_s)
+    return Trials(tasks, task_routes, results, memo)
 
 
 def route_stats(trials: Trials) -> dict[str, dict[str, dict[str, float]]]:
@@ -221,9 +345,13 @@ def make_baselines(tasks: Sequence[Task], toolbox, tokenizer, names: Sequence[st
         cal = own
     stats = route_stats(cal) if cal is not None else {}
     task_routes = own.routes if own is not None else {t.id: routes(t, toolbox.cards) for t in tasks}
+    # The engines share one memo (the trials' when they ran these tasks): every baseline renders the
+    # same prompts as the routes did.
+    memo = own.tokenizer if own is not None and own.tokenizer is not None and tokenizer in (
+        own.tokenizer, own.tokenizer.tokenizer) else PromptMemo.of(tokenizer)
     out = {}
     for name in names:
         plan = {t.id: choose(name, t, list(task_routes[t.id]), stats,
                              own.results[t.id] if own is not None else None, seed) for t in tasks}
-        out[name] = RouteEngine(tokenizer, tasks, plan, task_routes, name=name)
+        out[name] = RouteEngine(memo, tasks, plan, task_routes, name=name)
     return out

@@ -87,16 +87,30 @@ class Price(BaseModel):
     per_m_input: float = Field(0.0, ge=0, description="per million input tokens (gpt-5: 1.25)")
     per_m_output: float = Field(0.0, ge=0, description="per million output tokens (gpt-5: 10)")
     per_second: float = Field(0.0, ge=0, description="per second of run time (code interpreter: 0.0000083)")
+    per_m_reasoning: float | None = Field(None, ge=0, description="per million reasoning tokens; unset: the output "
+                                          "price (providers bill reasoning tokens as output)")
+    per_m_cached_input: float | None = Field(None, ge=0, description="per million input tokens read from the "
+                                             "provider's cache; unset: the input price")
 
-    def cost(self, tokens_in: int = 0, tokens_out: int = 0, seconds: float = 0.0, calls: int = 1) -> float:
-        """USD for `calls` calls that read `tokens_in`, wrote `tokens_out` and ran `seconds` in all."""
+    def cost(self, tokens_in: int = 0, tokens_out: int = 0, seconds: float = 0.0, calls: int = 1,
+             tokens_reasoning: int = 0, tokens_cached: int = 0) -> float:
+        """USD for `calls` calls that read `tokens_in`, wrote `tokens_out` and ran `seconds` in all.
+        As OpenAI's `usage` counts them, `tokens_reasoning` are part of `tokens_out` and `tokens_cached`
+        part of `tokens_in`; they change the cost only where the card prices them apart."""
+        reasoning = self.per_m_output if self.per_m_reasoning is None else self.per_m_reasoning
+        cached = self.per_m_input if self.per_m_cached_input is None else self.per_m_cached_input
+        # The two differences are exactly 0.0 for a card that does not price them apart: same sum as before.
         return (calls * self.per_call + tokens_in * self.per_m_input / 1e6
-                + tokens_out * self.per_m_output / 1e6 + seconds * self.per_second)
+                + tokens_out * self.per_m_output / 1e6 + seconds * self.per_second
+                + tokens_reasoning * (reasoning - self.per_m_output) / 1e6
+                + tokens_cached * (cached - self.per_m_input) / 1e6)
 
     def describe(self) -> str:
         parts = [f"${_usd(v)} {unit}" for v, unit in ((self.per_call, "per call"),
                                                    (self.per_m_input, "per million input tokens"),
+                                                   (self.per_m_cached_input, "per million cached input tokens"),
                                                    (self.per_m_output, "per million output tokens"),
+                                                   (self.per_m_reasoning, "per million reasoning tokens"),
                                                    (self.per_second, "per second")) if v]
         return ", ".join(parts) or "free"
 

@@ -365,4 +365,6 @@ def _finish(ep: _Episode, reason: str) -> None:
     t.errors = dict(sorted(ep.errors.items()))
     t.cost_usd = sum(turn.cost_usd for turn in t.turns)
     t.latency_s = sum(turn.latency_s for turn in t.turns)
-    t.outcome = ep.task.score(t.final_answer, ep.env) if t.final_answer is not None else 0.0
+    # The observation a `final` tool answered with (its recorded grade, for the `recorded` checker).
+    final = next((o for o in t.turns[-1].observations if o.final and not o.error), None) if reason == "final_tool" else None
+    t.outcome = ep.task.score(t.final_answer, ep.env, final) if t.final_answer is not None else 0.0

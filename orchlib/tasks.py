@@ -105,8 +105,9 @@ class Task(BaseModel):
         """A fresh environment (e.g. a database copy) for one episode, or None."""
         return _import(self.env)(self) if self.env else None
 
-    def score(self, answer: str | None, env: Any = None) -> float:
-        return check_answer(self, answer, env)
+    def score(self, answer: str | None, env: Any = None, observation: Any = None) -> float:
+        """`observation`: the tool result the answer is, when a `final` tool gave it (for `recorded`)."""
+        return check_answer(self, answer, env, observation)
 
 
 def extract_number(text: str | None) -> float | None:
@@ -195,9 +196,22 @@ def _judge(answer: str | None, task: Task, env: Any = None) -> float:
     return judge_checker(answer, task, env)
 
 
+def _recorded(answer: str | None, task: Task, env: Any = None, observation: Any = None) -> float:
+    """The grade recorded with the answer (a replay tool's `Observation.meta["grade"]`, in [0, 1]). An
+    answer that carries no grade (the policy's own, or an ungraded recording) is scored by the checker
+    named in `task.meta["fallback_checker"]` (default "exact")."""
+    grade = getattr(observation, "meta", {}).get("grade") if observation is not None else None
+    if grade is not None and answer is not None:
+        return float(grade)
+    fallback = task.meta.get("fallback_checker", "exact")
+    if fallback == "recorded":
+        raise ValueError(f"task {task.id}: fallback_checker cannot be 'recorded' itself")
+    return check_answer(task.model_copy(update={"checker": fallback}), answer, env)
+
+
 CHECKERS: dict[str, Callable[..., float]] = {
     "exact": _exact, "contains": _contains, "mentions": _mentions, "numeric": _numeric, "sympy": _sympy,
-    "judge": _judge,
+    "judge": _judge, "recorded": _recorded,
 }
 
 
@@ -211,9 +225,12 @@ def _import(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def check_answer(task: Task, answer: str | None, env: Any = None) -> float:
-    """Score a final answer with the task's checker (a name in CHECKERS or an import path)."""
+def check_answer(task: Task, answer: str | None, env: Any = None, observation: Any = None) -> float:
+    """Score a final answer with the task's checker (a name in CHECKERS or an import path). Only
+    `recorded` reads `observation` (the final tool's result); the others see the answer text."""
     fn = CHECKERS.get(task.checker) or _import(task.checker)
+    if fn is _recorded:
+        return _recorded(answer, task, env, observation)
     return float(fn(answer, task, env))
 
 

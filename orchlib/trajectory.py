@@ -40,11 +40,14 @@ class Observation(BaseModel):
     latency_s: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_reasoning: int = 0           # of tokens_out: reasoning tokens (priced as output unless the card says)
+    tokens_cached: int = 0              # of tokens_in: served from the provider's prompt cache
     error: str | None = None            # human-readable message the orchestrator reads
     error_kind: ErrorKind | None = None  # counted per kind in Trajectory.errors
     final: bool = False                 # True when the tool's card is `final`: its content is the answer
     tool: str = ""                      # which tool produced it ("" for errors before a tool was found)
     label: str = ""                     # e.g. "simulated" or "replay", shown wherever the result is shown
+    meta: dict[str, Any] = Field(default_factory=dict)  # what a backend knows beyond the text, e.g. a recorded "grade"
 
 
 class Turn(BaseModel):

@@ -60,6 +60,7 @@ class Toolbox:
 
     def __init__(self, tools: Iterable[Tool]):
         self._tools: dict[str, Tool] = {}
+        self._schemas: dict[bool, list[dict]] = {}
         for tool in tools:
             if tool.name in self._tools:
                 raise tool.card.error(("name",), f"two tools named {tool.name!r}")
@@ -103,8 +104,12 @@ class Toolbox:
 
     def schemas(self, with_costs: bool = False) -> list[dict]:
         """OpenAI-format tool list for the chat template (`tools=`), each under its card's own name (the
-        template and the `<tool_call>` parser take dotted names; `card.to_openai` maps them for the API)."""
-        return [t.card.to_transformers(with_costs) for t in self._tools.values()]
+        template and the `<tool_call>` parser take dotted names; `card.to_openai` maps them for the API).
+        Built once per toolbox (cards are frozen; a rollout lists the tools for every episode): read the
+        dicts, copy one to change it."""
+        if with_costs not in self._schemas:
+            self._schemas[with_costs] = [t.card.to_transformers(with_costs) for t in self._tools.values()]
+        return list(self._schemas[with_costs])
 
     async def call(self, call: ToolCall, context: ToolContext | None = None, *,
                    timeout_s: float | None = DEFAULT_TIMEOUT_S) -> Observation:

@@ -122,11 +122,18 @@ class Tool:
         except Exception as e:  # a broken backend or function is the episode's data, not a crash
             return self._error("tool_failure", f"{self.name} failed: {type(e).__name__}: {e}",
                                latency_s=declared if declared is not None else time.perf_counter() - t0)
-        latency = declared if declared is not None else time.perf_counter() - t0
+        if "latency_s" in obs.model_fields_set:  # the backend reports the call's time (a recorded latency): kept
+            latency = obs.latency_s
+            if timeout_s is not None and latency > timeout_s:
+                return self._error("timeout", f"{self.name} took {latency:.3g} s, over the {timeout_s:g} s timeout",
+                                   latency_s=timeout_s)
+        else:
+            latency = declared if declared is not None else time.perf_counter() - t0
         update: dict[str, Any] = {
             "tool": self.name, "label": obs.label or self.card.label, "latency_s": latency,
             "final": self.card.final and obs.error is None,
-            "cost_usd": self.card.price.cost(obs.tokens_in, obs.tokens_out, latency),
+            "cost_usd": self.card.price.cost(obs.tokens_in, obs.tokens_out, latency,
+                                             tokens_reasoning=obs.tokens_reasoning, tokens_cached=obs.tokens_cached),
         }
         if obs.error and not obs.content:
             update["content"] = f"error: {obs.error}"
