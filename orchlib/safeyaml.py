@@ -33,6 +33,7 @@ class YAMLInputError(ValueError):
 def load(yaml: YAML, text: str) -> Any:
     """`yaml.load(text)`, after checking nesting and alias expansion; every failure is YAMLInputError."""
     try:
+        _check_brackets(text)
         _check_shape(yaml, text)
         return yaml.load(text)
     except MarkedYAMLError as e:
@@ -41,6 +42,33 @@ def load(yaml: YAML, text: str) -> Any:
         raise YAMLInputError(0, " ".join(str(e).split())) from None
     except RecursionError:  # not expected after _check_shape; kept so no traceback can reach a user
         raise YAMLInputError(0, "nested too deeply to read") from None
+
+
+def _check_brackets(text: str) -> None:
+    """Refuse deep flow nesting before ruamel sees it: its scanner keeps a possible simple key per open
+    bracket and re-checks them all at every token, so 5,000 `[` on one line take seconds (and 100,000
+    minutes) before the first event. Brackets inside quotes do not count; in a block scalar or a plain
+    scalar they do, so a text with more than MAX_DEPTH unclosed brackets there is refused too."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth, quote, line = 0, "", 1
+    chars = iter(text)
+    for c in chars:
+        if c == "\n":
+            line += 1
+        if quote:
+            if c == "\\" and quote == '"':
+                next(chars, None)
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YAMLInputError(line, f"nested deeper than {MAX_DEPTH} levels")
+        elif c in "]}" and depth:
+            depth -= 1
 
 
 def _check_shape(yaml: YAML, text: str) -> None:

@@ -1,0 +1,243 @@
+"""Run: .venv/bin/python benchmarks/bench_fuzz.py [--cases 10000] [--seed 0] [--readers chat-bytes,cards,...]
+
+Fuzzes every reader of outside input with hypothesis and prints one row per reader: cases run, how
+many ended in the reader's documented error, how many raised anything else (each such case is
+printed), and the slowest case in seconds. The target: 0 other exceptions and no case over 5 s.
+
+Readers, with the errors they document:
+- chat-bytes    parse_tool_calls on random bytes (decoded as UTF-8 with replacement), bare and
+                wrapped in <tool_call> tags                           ToolCallParseError
+- chat-json     parse_tool_calls on structured JSON: name/arguments/extra keys holding random JSON,
+                deep nesting, huge integers, lone surrogates         ToolCallParseError
+- cards         load_card on random text, and on YAML of card-shaped mappings (random values,
+                anchors and aliases, deep flow nesting, cut at a random point)   CardError
+- rewards       Reward.from_string on random text, and on YAML of reward-shaped mappings (random
+                expressions built from the language's tokens)    RewardFileError, RewardSyntaxError
+- tasks         load_tasks on random bytes lines, and on JSONL of task-shaped objects   TaskFileError
+
+The default test suite runs a few hundred cases of each (tests/test_hardening_fuzz.py); exits 1 if a
+reader raised anything undocumented or a case took over 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from orchlib.cards import CardError, load_card
+from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls
+from orchlib.reward import Reward, RewardFileError, RewardSyntaxError
+from orchlib.tasks import TaskFileError, load_tasks
+
+HANG_S = 5.0
+
+# ------------------------------------------------------------------------------------------ values
+scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=20)
+           | st.sampled_from(["", "\ud800", "NaN", "1e999", "9" * 5000, "function", "llm", "python"]))
+json_values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids,
+                                                                                             max_size=4),
+                           max_leaves=25)
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# ------------------------------------------------------------------------------------------- chat
+def chat_bytes(raw: bytes, tag: bool) -> None:
+    text = raw.decode("utf-8", errors="replace")
+    parse_tool_calls(f"{TOOL_CALL}{text}{TOOL_CALL_END}" if tag else text)
+
+
+chat_bytes_cases = st.tuples(st.binary(max_size=300), st.booleans())
+
+
+def chat_json(obj: Any, raw_suffix: str) -> None:
+    body = json.dumps(obj, ensure_ascii=bool(raw_suffix)) + raw_suffix
+    parse_tool_calls(f"{TOOL_CALL}\n{body}\n{TOOL_CALL_END}")
+
+
+chat_json_cases = st.tuples(
+    st.dictionaries(st.sampled_from(["name", "arguments", "extra"]), json_values, max_size=3)
+    | st.builds(lambda d, n: {"name": "f", "arguments": {"x": json.loads(nested(d))} if d < 900 else {}},
+                st.integers(1, 200), st.integers(0, 1)),
+    st.sampled_from(["", " ", "}", ',"x":' + nested(2000) + "}", ',"x":' + "9" * 5000 + "}", ',"x":"\\ud800"}']))
+
+# ------------------------------------------------------------------------------------------ cards
+CARD_KEYS = ["name", "kind", "description", "parameters", "backend", "price", "latency", "tags", "input", "final",
+             "label", "bogus"]
+
+
+def yaml_of(value: Any) -> str:
+    """Flow-style YAML of a plain value, written by hand so anchors and cuts can be spliced in."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {yaml_of(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(yaml_of(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False) if not isinstance(value, float) else repr(value)
+
+
+def card_text(fields: dict[str, Any], extra: str, cut: float | None) -> str:
+    text = "".join(f"{k}: {yaml_of(v)}\n" for k, v in fields.items()) + extra
+    return text[: int(len(text) * cut)] if cut is not None else text
+
+
+EXTRAS = ["", "x: &a [1, 2]\ny: [*a, *a, *a]\n", "x: &a [*a]\n", "x: *undefined\n", "x: " + nested(5000) + "\n",
+          "x: !!python/object:os.system {}\n", "x: \"unclosed\n", "\t- tab\n", "x: 1\nx: 2\n", "%YAML 9.9\n---\n",
+          "--- a\n--- b\n", "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 8))]
+
+
+def card_cases():
+    fields = st.dictionaries(st.sampled_from(CARD_KEYS), json_values | st.sampled_from(["function", "python", "llm"]),
+                             max_size=8)
+    structured = st.builds(card_text, fields, st.sampled_from(EXTRAS), st.none() | st.floats(0, 1))
+    return st.one_of(structured, st.text(max_size=300))
+
+
+def read_card(text: str, folder: Path) -> None:
+    path = folder / "card.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    load_card(path)
+
+
+# ---------------------------------------------------------------------------------------- rewards
+TOKENS = ["outcome", "cost", "latency", "turns", "calls['a']", "P.cost", "P.tools['a']", "minmax(", "zscore(", "rank(",
+          "mean(", "where(", "sum(", "for t in tools", ")", "(", "+", "-", "*", "/", "**", ",", "1", "0.5", "1e309",
+          "x", "__import__", "'a'", "[", "]", "if", "else", "<", "and", "G"]
+expressions = st.lists(st.sampled_from(TOKENS), max_size=12).map(" ".join)
+
+
+def reward_text(fields: dict[str, Any], extra: str, cut: float | None) -> str:
+    text = "".join(f"{k}: {yaml_of(v)}\n" for k, v in fields.items()) + extra
+    return text[: int(len(text) * cut)] if cut is not None else text
+
+
+def reward_cases():
+    value = json_values | expressions | st.dictionaries(st.text(max_size=6) | st.sampled_from(["a", "b", "cost"]),
+                                                        expressions | scalars, max_size=3)
+    fields = st.dictionaries(st.sampled_from(["name", "doc", "reward", "terms", "preference", "tools", "rewrd"]),
+                             value, max_size=5)
+    structured = st.builds(reward_text, fields, st.sampled_from(EXTRAS), st.none() | st.floats(0, 1))
+    return st.one_of(structured, st.text(max_size=300))
+
+
+def read_reward(text: str, folder: Path) -> None:
+    Reward.from_string(text, path="fuzz.yaml")
+
+
+# ------------------------------------------------------------------------------------------ tasks
+TASK_KEYS = ["id", "prompt", "tools", "checker", "answer", "preference", "category", "golden", "env", "meta", "x"]
+
+
+def task_line(obj: dict[str, Any], suffix: str) -> bytes:
+    return (json.dumps(obj) + suffix).encode("utf-8", errors="surrogatepass")
+
+
+def task_cases():
+    obj = st.dictionaries(st.sampled_from(TASK_KEYS), json_values | st.sampled_from(["exact", "numeric", "a:b"]),
+                          max_size=7)
+    line = st.builds(task_line, obj, st.sampled_from(["", "}", ' ', '\x00', ',"meta":' + nested(3000) + "}"]))
+    return st.lists(line | st.binary(max_size=120), max_size=4).map(lambda lines: b"\n".join(lines))
+
+
+def read_tasks(content: bytes, folder: Path) -> None:
+    path = folder / "tasks.jsonl"
+    path.write_bytes(content)
+    load_tasks(path)
+
+
+# ---------------------------------------------------------------------------------------- running
+@dataclass
+class Row:
+    reader: str
+    cases: int = 0
+    documented: int = 0
+    other: int = 0
+    max_s: float = 0.0
+    slowest: str = ""
+    examples: list[str] = field(default_factory=list)
+
+
+READERS: dict[str, tuple[Any, Callable[..., None], tuple[type[BaseException], ...]]] = {
+    "chat-bytes": (chat_bytes_cases, lambda case, folder: chat_bytes(*case), (ToolCallParseError,)),
+    "chat-json": (chat_json_cases, lambda case, folder: chat_json(*case), (ToolCallParseError,)),
+    "cards": (card_cases(), read_card, (CardError,)),
+    "rewards": (reward_cases(), read_reward, (RewardFileError, RewardSyntaxError)),
+    "tasks": (task_cases(), read_tasks, (TaskFileError,)),
+}
+
+
+def warm_up() -> None:
+    """Read one valid card and reward file first: the first card imports jsonschema (seconds, once per
+    process), which would otherwise be charged to whichever fuzz case came first."""
+    from orchlib.shipped import shipped_path
+
+    load_card(shipped_path("toolcards/calculator.yaml"))
+    Reward.load(shipped_path("rewards/toolorchestra.yaml"))
+
+
+def fuzz(reader: str, cases: int, seed: int = 0) -> Row:
+    """Run `cases` generated inputs through one reader; count outcomes instead of failing on them."""
+    strategy, read, documented = READERS[reader]
+    row = Row(reader)
+    warm_up()
+    with tempfile.TemporaryDirectory(prefix="orchlib-fuzz-") as tmp:
+        folder = Path(tmp)
+
+        @settings(max_examples=cases, database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck), derandomize=seed == 0)
+        @given(strategy)
+        def one(case: Any) -> None:
+            row.cases += 1
+            t0 = time.perf_counter()
+            try:
+                read(case, folder)
+            except documented:
+                row.documented += 1
+            except Exception as e:  # counted and shown: this is what the benchmark looks for
+                row.other += 1
+                if len(row.examples) < 5:
+                    row.examples.append(f"{type(e).__name__}: {e!s:.200} <- {case!r:.200}\n"
+                                        + "".join(traceback.format_tb(e.__traceback__)[-2:]))
+            finally:
+                if time.perf_counter() - t0 > row.max_s:
+                    row.max_s, row.slowest = time.perf_counter() - t0, f"{case!r:.300}"
+
+        (hypothesis_seed(seed)(one) if seed else one)()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0, help="0: hypothesis's derandomized run; else a seed")
+    parser.add_argument("--readers", default=",".join(READERS))
+    args = parser.parse_args(argv)
+    print(f"{'reader':<12} {'cases':>7} {'documented errors':>18} {'other exceptions':>17} {'max seconds':>12}")
+    failed = False
+    for reader in args.readers.split(","):
+        t0 = time.perf_counter()
+        row = fuzz(reader, args.cases, args.seed)
+        print(f"{row.reader:<12} {row.cases:>7,} {row.documented:>18,} {row.other:>17,} {row.max_s:>12.3f}"
+              f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+        for example in row.examples:
+            print("    " + example.replace("\n", "\n    "))
+        if row.max_s > HANG_S:
+            print(f"    slowest: {row.slowest}")
+        failed |= row.other > 0 or row.max_s > HANG_S
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""A short run of benchmarks/bench_fuzz.py: every reader of outside input raises only its documented
+errors and answers quickly. The benchmark runs 10,000 cases per reader; this runs a few hundred."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from conftest import REPO
+
+spec = importlib.util.spec_from_file_location("bench_fuzz", REPO / "benchmarks" / "bench_fuzz.py")
+bench_fuzz = importlib.util.module_from_spec(spec)
+sys.modules["bench_fuzz"] = bench_fuzz  # its dataclasses look their module up there
+spec.loader.exec_module(bench_fuzz)
+
+
+@pytest.mark.parametrize("reader, cases", [("chat-bytes", 300), ("chat-json", 300), ("cards", 200),
+                                           ("rewards", 150), ("tasks", 200)])
+def test_only_documented_errors_and_no_slow_case(reader, cases):
+    row = bench_fuzz.fuzz(reader, cases)
+    assert row.cases == cases
+    assert row.other == 0, "\n".join(row.examples)
+    assert row.documented > 0  # the generators do reach the error paths
+    assert row.max_s < bench_fuzz.HANG_S
