@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "make_suite": "orchlib.envs", "SUITES": "orchlib.envs",
     # tools
     "ToolCard": "orchlib.cards", "load_card": "orchlib.cards", "load_cards": "orchlib.cards",
-    "save_card": "orchlib.cards", "validate_cards": "orchlib.cards", "CardError": "orchlib.cards",
+    "save_card": "orchlib.cards", "validate_cards": "orchlib.tools", "CardError": "orchlib.cards",
     "Toolbox": "orchlib.tools", "ToolContext": "orchlib.tools", "build_tool": "orchlib.tools",
     # models and engines
     "build_default_policy": "orchlib.models", "load_policy": "orchlib.models",

@@ -48,7 +48,7 @@ from orchlib.shipped import shipped_path
 from orchlib.toolnames import CARD_NAME, MAX_NAME, card_name, export_name
 
 __all__ = ["KINDS", "Kind", "Price", "Latency", "ToolCard", "CardError", "load_card", "load_cards",
-           "save_card", "validate_cards", "card_files", "STATE", "State", "state_parameter"]
+           "save_card", "check_cards", "card_files", "STATE", "State", "state_parameter"]
 
 Kind = Literal["function", "python", "search", "llm", "replay", "simulated", "mcp"]
 KINDS: tuple[str, ...] = typing.get_args(Kind)
@@ -516,11 +516,12 @@ def load_cards(path_or_folder: str | os.PathLike | Iterable[str | os.PathLike]) 
     return sorted(cards, key=lambda c: c.name)
 
 
-def validate_cards(cards: Any, build: bool = True) -> list[CardError]:
-    """Every problem of every card, without raising: YAML, fields, JSON Schema, duplicate names and,
-    with `build`, the backend settings and imports (each tool is built, nothing is run). `cards` is
-    one or a list of: a card file or folder, a `ToolCard`, or a card's fields as a dict (a card made in
-    code is named `<card NAME>` in its messages, a dict `<card #i>` by its place in the list)."""
+def check_cards(cards: Any, build: Callable[[ToolCard], list[CardError]] | None = None) -> list[CardError]:
+    """Every problem of every card, without raising: YAML, fields, JSON Schema, duplicate names and
+    whatever `build` finds in each valid card (`orchlib.tools.validate_cards` passes the backends'
+    check; this module knows no backend). `cards` is one or a list of: a card file or folder, a
+    `ToolCard`, or a card's fields as a dict (a card made in code is named `<card NAME>` in its
+    messages, a dict `<card #i>` by its place in the list)."""
     items = [cards] if isinstance(cards, (str, os.PathLike, ToolCard, dict)) else list(cards)
     problems: list[CardError] = []
     seen: dict[str, ToolCard] = {}
@@ -533,8 +534,8 @@ def validate_cards(cards: Any, build: bool = True) -> list[CardError]:
                 other = seen[card.name].source or f"<card {card.name}>"
                 problems.append(card.error(("name",), f"duplicate tool name {card.name!r} (also in {other})"))
             seen[card.name] = card
-            if build:
-                problems += _build_problems(card)
+            if build is not None:
+                problems += build(card)
     return problems
 
 
@@ -565,25 +566,6 @@ def _cards_of(item: Any, index: int) -> Iterable[tuple[ToolCard | None, list[Car
             yield _check_tree(f, _read_tree(f))
         except CardError as e:
             yield None, [e]
-
-
-def _build_problems(card: ToolCard) -> list[CardError]:
-    """Every problem of a card's backend settings, else the first one building its tool meets (an
-    import that fails, a missing file). build_tool stops at the first settings problem; a validator
-    should list them all, one line each."""
-    from orchlib.tools import BACKENDS, build_tool  # tools import this module; import here, not at top
-
-    backend = BACKENDS.get(card.kind)
-    if backend is not None:
-        try:
-            backend.Settings.model_validate(card.backend)
-        except ValidationError as e:
-            return card.errors_from(e, ("backend",))
-    try:
-        build_tool(card)
-    except CardError as e:
-        return [e]
-    return []
 
 
 # ---------------------------------------------------------------------------------------------- save

@@ -11,9 +11,9 @@ from typing import Literal, Optional
 import jsonschema
 import pytest
 
-from orchlib.cards import (CardError, Latency, Price, ToolCard, load_card, load_cards, save_card,
-                           validate_cards)
+from orchlib.cards import CardError, Latency, Price, ToolCard, load_card, load_cards, save_card
 from orchlib.cli import main
+from orchlib.tools import validate_cards
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

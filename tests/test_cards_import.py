@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cards import MCP_TOOL, OPENAI_TOOL
 
-from orchlib.cards import CardError, ToolCard, load_card, save_card, validate_cards
+from orchlib.cards import CardError, ToolCard, load_card, save_card
 from orchlib.chat import parse_tool_calls, render_call, system_text
 from orchlib.cli import main
+from orchlib.tools import validate_cards
 from orchlib.toolnames import ToolNames, card_name, export_name, fits
 from orchlib.tools import Toolbox, bind, build_tool
 from orchlib.trajectory import ToolCall

@@ -124,7 +124,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from orchlib.cards import card_files, validate_cards
+    from orchlib.cards import card_files
+    from orchlib.tools import validate_cards
 
     problems = validate_cards(args.paths, build=not args.no_build)
     for p in problems:

@@ -13,7 +13,9 @@ import asyncio
 import os
 from typing import Iterable, Iterator, Sequence
 
-from orchlib.cards import CardError, ToolCard, load_cards
+from pydantic import ValidationError
+
+from orchlib.cards import CardError, ToolCard, check_cards, load_cards
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, run_sync, task_text
 from orchlib.tools.function import STATE, FunctionTool, State, bind
 from orchlib.tools.llm import LLMTool
@@ -26,7 +28,8 @@ from orchlib.trajectory import Observation, ToolCall
 
 __all__ = ["BACKENDS", "build_tool", "Toolbox", "Tool", "ToolContext", "ToolError", "FunctionTool", "PythonTool",
            "SearchTool", "LLMTool", "MCPTool", "ReplayTool", "SimulatedTool", "replay_lookup", "approx_tokens",
-           "task_text", "bind", "State", "STATE", "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_PARALLEL", "CardError"]
+           "task_text", "bind", "State", "STATE", "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_PARALLEL", "CardError",
+           "validate_cards"]
 
 # kind -> backend class. Add a backend by writing a Tool subclass and adding it here.
 BACKENDS: dict[str, type[Tool]] = {
@@ -53,6 +56,30 @@ def build_tool(card: ToolCard) -> Tool:
     if backend is None:  # only reachable when BACKENDS was edited: Kind lists the kinds cards may have
         raise card.error(("kind",), f"no backend for kind {card.kind!r} (have {sorted(BACKENDS)})")
     return backend(card)
+
+
+def validate_cards(cards, build: bool = True) -> list[CardError]:
+    """Every problem of every card, without raising (`orchlib.cards.check_cards`: YAML, fields, JSON
+    Schema, duplicate names) and, with `build`, of its backend: settings and imports (each tool is
+    built, nothing is run). `cards`: card files or folders, ToolCards or dicts, one or a list."""
+    return check_cards(cards, _build_problems if build else None)
+
+
+def _build_problems(card: ToolCard) -> list[CardError]:
+    """Every problem of a card's backend settings, else the first one building its tool meets (an
+    import that fails, a missing file). build_tool stops at the first settings problem; a validator
+    should list them all, one line each."""
+    backend = BACKENDS.get(card.kind)
+    if backend is not None:
+        try:
+            backend.Settings.model_validate(card.backend)
+        except ValidationError as e:
+            return card.errors_from(e, ("backend",))
+    try:
+        build_tool(card)
+    except CardError as e:
+        return [e]
+    return []
 
 
 class Toolbox:
