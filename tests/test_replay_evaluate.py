@@ -1,0 +1,188 @@
+"""Evaluating many tasks x many replay tools with the four baselines: orchlib's figures against an
+independent numpy computation over the recording (accuracy, cost with reasoning billed as output,
+latency, oracle, frontier, PGR, AIQ), and the fast route runner against the plain rollout."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchlib.baselines import PromptMemo, RouteEngine, make_baselines, route_stats, routes, try_routes
+from orchlib.evaluate import EVAL_ROLLOUT, aiq, evaluate, frontier, pgr
+from orchlib.rollout import rollout
+from orchlib.tasks import Task
+from orchlib.tools import Toolbox
+from orchlib.tools.replay import replay_cards, write_recording
+
+REPO = Path(__file__).resolve().parents[1]
+ROUTELLM = REPO.parent / "shared" / "data" / "routellm" / "gsm8k_responses.csv"
+# The policy's own tokens cost nothing and take no time here: every figure is the tools' alone.
+CONFIG = EVAL_ROLLOUT.model_copy(update={"policy_price_in": 0.0, "policy_price_out": 0.0,
+                                         "policy_seconds_per_token": 0.0, "tool_timeout_s": 600.0})
+MODELS = {"big/think": (2.0, 8.0, 800, 0.7), "big/plain": (2.0, 8.0, 0, 0.55), "mid": (0.5, 1.5, 0, 0.4),
+          "small": (0.1, 0.2, 0, 0.25), "tiny": (0.05, 0.05, 0, 0.1)}  # USD/M in, out; reasoning; accuracy
+N_TASKS = 40
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from orchlib.models import build_tokenizer
+
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    rng = random.Random(7)
+    questions = [f"Problem {i}: " + " ".join(rng.choice(["add", "seven", "boxes", "left", "each"]) for _ in range(12))
+                 for i in range(N_TASKS)]
+    rows = []
+    for model, (_, _, reasoning, acc) in MODELS.items():
+        for q in questions:
+            right, empty = rng.random() < acc, rng.random() < 0.05
+            rows.append({"prompt": q, "model": model, "response": "" if empty else f"answer {rng.randint(0, 9)}",
+                         "grade": rng.choice(["1", 1, "true", 1.0]) if right else rng.choice(["0", 0, "false"]),
+                         "input_tokens": rng.randint(10, 60), "output_tokens": 0 if empty else rng.randint(1, 300),
+                         "reasoning_tokens": int(reasoning * rng.uniform(0.5, 1.5)),
+                         "latency_s": round(rng.uniform(0.5, 30.0), 2)})
+    path = write_recording(rows, tmp_path_factory.mktemp("rec") / "rec.jsonl")
+    prices = {m: {"per_m_input": p[0], "per_m_output": p[1]} for m, p in MODELS.items()}
+    box = Toolbox.from_cards(replay_cards(path, prices=prices))
+    tasks = [Task(id=f"q{i}", prompt=q, answer="x", checker="recorded", category="c") for i, q in enumerate(questions)]
+    return rows, questions, box, tasks
+
+
+def _reference(rows, questions):
+    """(task × model) arrays straight from the rows, with numpy; names as replay_cards makes them."""
+    names = sorted(m.replace("/", "_") for m in MODELS)
+    T, M = len(questions), len(names)
+    grade, cost, lat = np.zeros((T, M)), np.zeros((T, M)), np.zeros((T, M))
+    for r in rows:
+        i, j = questions.index(r["prompt"]), names.index(r["model"].replace("/", "_"))
+        p_in, p_out = MODELS[r["model"]][:2]
+        grade[i, j] = 0.0 if not r["response"] else float(str(r["grade"]).lower() in ("1", "1.0", "true"))
+        cost[i, j] = (r["input_tokens"] * p_in + (r["output_tokens"] + r["reasoning_tokens"]) * p_out) / 1e6
+        lat[i, j] = r["latency_s"]
+    return names, grade, cost, lat
+
+
+def test_routes_and_baselines_agree_with_numpy(setup, tokenizer):
+    rows, questions, box, tasks = setup
+    names, grade, cost, lat = _reference(rows, questions)
+    trials = try_routes(tasks, box, tokenizer, CONFIG)
+    stats = route_stats(trials)["c"]
+    for j, name in enumerate(names):
+        s = stats[name]
+        assert s["accuracy"] == pytest.approx(grade[:, j].mean(), abs=1e-12)
+        assert s["cost_usd"] == pytest.approx(cost[:, j].mean(), rel=1e-9)
+        assert s["latency_s"] == pytest.approx(lat[:, j].mean(), rel=1e-9)
+    engines = make_baselines(tasks, box, tokenizer, trials=trials, config=CONFIG)
+    reports = {n: evaluate(e, tasks, box, config=CONFIG).metrics["overall"] for n, e in engines.items()}
+    acc, mean_cost = grade.mean(0), cost.mean(0)
+    strongest = min(range(len(names)), key=lambda j: (-acc[j], mean_cost[j], names[j]))
+    cheapest = min(range(len(names)), key=lambda j: (mean_cost[j], -acc[j], names[j]))
+    rank = np.lexsort((np.arange(len(names))[None, :].repeat(len(tasks), 0), lat, cost, grade.max(1, keepdims=True) - grade),
+                      axis=1)[:, 0]  # the oracle: right first, then cheaper, faster, by name
+    pick = {"strongest": np.full(len(tasks), strongest), "cheapest": np.full(len(tasks), cheapest), "oracle": rank,
+            "random": np.array([names.index(random.Random(f"0:{t.id}").choice(names)) for t in tasks])}
+    rows_ = np.arange(len(tasks))
+    for name, chosen in pick.items():
+        got = reports[name]
+        assert got["accuracy"] == pytest.approx(grade[rows_, chosen].mean(), abs=1e-12), name
+        assert got["cost_usd"] == pytest.approx(cost[rows_, chosen].mean(), rel=1e-9), name
+        assert got["latency_s"] == pytest.approx(lat[rows_, chosen].mean(), rel=1e-9), name
+    assert reports["oracle"]["accuracy"] == pytest.approx(grade.max(1).mean(), abs=1e-12)
+    # The frontier by brute force over pairs, and PGR and AIQ from the numpy means.
+    pts = {n: (mean_cost[j], acc[j]) for j, n in enumerate(names)}
+    dominated = {a for a in pts for b in pts if pts[b][0] <= pts[a][0] and pts[b][1] >= pts[a][1] and pts[b] != pts[a]}
+    assert sorted(frontier({k: (v["cost_usd"], v["accuracy"]) for k, v in stats.items()})) == sorted(set(pts) - dominated)
+    assert pgr(reports["oracle"]["accuracy"], acc[cheapest], acc[strongest]) == pytest.approx(
+        (grade.max(1).mean() - acc[cheapest]) / (acc[strongest] - acc[cheapest]), rel=1e-9)
+    grid = np.linspace(mean_cost.min(), mean_cost.max(), 100_001)
+    hull = _upper_hull_values(mean_cost, acc, grid)
+    assert aiq(pts) == pytest.approx(np.trapezoid(hull, grid) / (grid[-1] - grid[0]), rel=1e-5)
+
+
+def _upper_hull_values(x, y, grid):
+    """The best accuracy reachable at each cost by mixing two routes (spending more may not help): the
+    maximum over all pairs of their chord, and over single points, of the flat line to their right."""
+    best = np.full(grid.shape, -np.inf)
+    for i in range(len(x)):
+        best = np.where(grid >= x[i], np.maximum(best, y[i]), best)
+        for j in range(len(x)):
+            if x[i] < x[j]:
+                inside = (grid >= x[i]) & (grid <= x[j])
+                chord = y[i] + (y[j] - y[i]) * (grid - x[i]) / (x[j] - x[i])
+                best = np.where(inside, np.maximum(best, chord), best)
+    return best
+
+
+def test_the_route_runner_gives_what_the_plain_rollout_gives(setup, tokenizer):
+    """PromptMemo and the streamed runner change nothing: every route, run alone through `rollout` with
+    the bare tokenizer, has the same outcome, cost and latency, and the same token ids."""
+    _, _, box, tasks = setup
+    tasks = tasks[:12]
+    trials = try_routes(tasks, box, tokenizer, CONFIG)
+    task_routes = {t.id: routes(t, box.cards) for t in tasks}
+    for label in list(task_routes[tasks[0].id])[:3]:
+        plain = rollout(tasks, box, RouteEngine(tokenizer, tasks, {t.id: label for t in tasks}, task_routes),
+                        CONFIG, seed=0)
+        memo = rollout(tasks, box, RouteEngine(trials.tokenizer, tasks, {t.id: label for t in tasks}, task_routes),
+                       CONFIG, seed=0)
+        for t, a, b in zip(tasks, plain, memo):
+            r = trials.results[t.id][label]
+            assert (r.outcome, r.cost_usd, r.latency_s) == (a.outcome, a.cost_usd, a.latency_s)
+            assert a.ids == b.ids and a.mask == b.mask and a.turns == b.turns
+
+
+def test_each_prompt_is_rendered_and_tokenised_once(setup, tokenizer):
+    _, _, box, tasks = setup
+
+    class Spy:
+        def __init__(self, tok):
+            self.tok, self.rendered, self.encoded = tok, 0, 0
+
+        def __getattr__(self, name):
+            return getattr(self.tok, name)
+
+        def apply_chat_template(self, *a, **kw):
+            self.rendered += 1
+            return self.tok.apply_chat_template(*a, **kw)
+
+        def encode(self, text, **kw):
+            self.encoded += len(text) > 1000  # the prompts; the calls a route writes are short
+            return self.tok.encode(text, **kw)
+
+    spy = Spy(tokenizer)
+    trials = try_routes(tasks, box, spy, CONFIG)
+    engines = make_baselines(tasks, box, spy, trials=trials, config=CONFIG)
+    for engine in engines.values():
+        evaluate(engine, tasks, box, config=CONFIG)
+    assert isinstance(trials.tokenizer, PromptMemo) and all(e.tokenizer is trials.tokenizer for e in engines.values())
+    assert spy.rendered == len(tasks) and spy.encoded == len(tasks)  # 5 routes + 4 baselines, once per task
+
+
+def test_routellm_recording_accuracy_and_oracle(tokenizer):
+    """The shipped RouteLLM cards on the first 60 GSM8K questions: each route's accuracy is its graded
+    column, the oracle's is the share some model got right (counted from the CSV)."""
+    from orchlib.cards import load_cards
+
+    with ROUTELLM.open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))[:60]
+    box = Toolbox.from_cards(load_cards([REPO / "toolcards" / "gpt4.yaml", REPO / "toolcards" / "mixtral.yaml"]))
+    tasks = [Task(id=f"g{i}", prompt=r["prompt"], answer="x", checker="recorded", category="gsm8k")
+             for i, r in enumerate(rows)]
+    trials = try_routes(tasks, box, tokenizer, CONFIG)
+    stats = route_stats(trials)["gsm8k"]
+    gpt4 = np.array([r["gpt-4-1106-preview"] == "True" for r in rows], dtype=float)
+    mixtral = np.array([r["mistralai/Mixtral-8x7B-Instruct-v0.1"] == "True" for r in rows], dtype=float)
+    assert stats["gpt4"]["accuracy"] == pytest.approx(gpt4.mean()) and stats["mixtral"]["accuracy"] == pytest.approx(
+        mixtral.mean())
+    oracle = make_baselines(tasks, box, tokenizer, names=["oracle"], trials=trials, config=CONFIG)["oracle"]
+    report = evaluate(oracle, tasks, box, config=CONFIG).metrics["overall"]
+    assert report["accuracy"] == pytest.approx(np.maximum(gpt4, mixtral).mean())
+    assert report["calls"]["mixtral"]["count"] == int(((mixtral == 1) | (gpt4 == 0)).sum())  # cheaper when it is right
