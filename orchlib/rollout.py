@@ -3,8 +3,16 @@
 For every active trajectory at once: generate one assistant turn (batched, stop at <|im_end|>), parse
 its tool calls, run all calls of all trajectories concurrently, append each turn's observations as the
 token ids of the rendered segment, and go on with the trajectories still running. An episode ends at
-the policy's own answer (a turn without calls), at the answer of a tool whose card is `final`, at
-`max_turns`, or at the token budget.
+the policy's own answer (a turn without calls), at the answer of a tool that is `final` (its card, or
+the call itself), at `max_turns`, or at the token budget.
+
+A task with a user (τ²-style, `orchlib.envs.users`): a turn without calls goes to the user instead,
+whose reply is appended as a user segment (loss mask 0) — until the user ends the conversation
+("user_stop"). The user's cost and latency are counted apart (`user_cost_usd`, `user_latency_s`).
+Within one turn, calls to stateful tools (those that receive the episode's env) run one after another
+in the order the policy wrote them (`stateful_calls="in_order"`), so the final state never depends
+on thread scheduling; the other calls run concurrently with them. The checker receives the trajectory
+(the conversation and its finish reason) when it takes one; `return_envs=True` gives the episodes' envs.
 
 Token in, token out: `Trajectory.ids` = prompt ids + sampled ids + observation ids, in order; the mask
 is 1 exactly on sampled ids; `logprobs` are the sampling log-probs. Nothing is re-tokenised.
@@ -21,11 +29,12 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchlib.chat import IM_END, ToolCallParseError, observation_segment, parse_tool_calls
+from orchlib.chat import IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls
 from orchlib.engines.base import Engine, SamplingParams
+from orchlib.envs.users import make_user
 from orchlib.tasks import Preference, Task
-from orchlib.tools.base import run_sync  # one sync bridge for the library (works inside Jupyter's loop)
-from orchlib.trajectory import Observation, Trajectory, Turn
+from orchlib.tools.base import ToolError, run_sync  # one sync bridge for the library (works inside Jupyter's loop)
+from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
            "shown_preference", "user_message", "assistant_prefix"]
@@ -58,6 +67,10 @@ class RolloutConfig(BaseModel):
     tool_timeout_s: float = Field(120.0, gt=0, description="per call; a timeout becomes an error observation. "
                                                          "Above the slowest declared model tool (96 s in the release)")
     max_parallel: int = Field(16, ge=1, description="cap on concurrent tool calls per trajectory turn")
+    stateful_calls: Literal["in_order", "concurrent"] = Field(
+        "in_order", description="calls of one turn to tools that change the episode's env: one after another in "
+                                "the order written (the state never depends on scheduling; their times add up), "
+                                "or all at once like the other calls (the tools must then lock what they share)")
     max_observation_chars: int = Field(1500, ge=16, description="longer tool output is cut before the policy "
                                                                 "reads it (the tool's cost is unchanged)")
     tool_latency: Literal["measured", "declared"] = Field(
@@ -128,7 +141,7 @@ class _Episode:
     """Mutable state of one trajectory while it runs."""
 
     def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict]):
-        self.task, self.env, self.schemas = task, task.make_env(), schemas
+        self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
         self.traj = Trajectory(task_id=task.id, group_index=index, prompt=task.prompt, category=task.category,
                                preference=shown_preference(task).model_dump(),
                                ids=list(prompt_ids), mask=[0] * len(prompt_ids),
@@ -138,18 +151,34 @@ class _Episode:
         self.done = False
 
     def messages(self) -> list[dict]:
-        return [{"role": "user", "content": self.task.prompt}] + self.traj.to_messages()[1:]
+        return self.traj.to_messages()  # the task's prompt (when not empty), then every turn in order
 
 
 def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig = RolloutConfig(),
-            group_size: int = 1, seed: int | None = None) -> list[Trajectory]:
-    """Run `group_size` episodes of every task; returns trajectories task-major (task 0's G first).
+            group_size: int = 1, seed: int | None = None, *, return_envs: bool = False):
+    """Run `group_size` episodes of every task; returns trajectories task-major (task 0's G first), and
+    with `return_envs=True` a pair `(trajectories, envs)`: each episode's env as it ended (None for a
+    task without one), in the same order.
 
     `engine` is a local Engine (token in, token out) or an API policy that speaks messages
     (`orchlib.engines.openai.OpenAIPolicy`: anything with `chat`), whose episodes run independently,
     up to its `max_in_flight` at once; its trajectories hold no token ids (`meta["trainable"]` False)."""
     if callable(getattr(engine, "chat", None)):
-        return run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size))
+        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size))
+    else:
+        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed)
+    trajectories = [ep.traj for ep in done]
+    return (trajectories, [ep.env for ep in done]) if return_envs else trajectories
+
+
+def _user_segment(text: str) -> str:
+    """A user turn after a sampled turn (which ends in <|im_end|>), opening the next assistant turn;
+    what CHAT_TEMPLATE renders for a user message there."""
+    return f"\n{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n"
+
+
+def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig, group_size: int,
+                   seed: int | None) -> list[_Episode]:
     tok = engine.tokenizer
     eos = tok.convert_tokens_to_ids(IM_END)
     if eos is None or eos == tok.unk_token_id:
@@ -170,6 +199,7 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
                                  stop_ids=[eos])
         first = False
         pending: list[tuple[_Episode, Turn, list]] = []
+        asking: list[tuple[_Episode, Turn]] = []  # turns without calls that the task's user answers
         for ep, gen, left in zip(active, result.outputs, budget):
             ids, lps = gen.ids[:max(left, 0)], gen.logprobs[:max(left, 0)]
             ended = bool(ids) and ids[-1] == eos
@@ -192,13 +222,29 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
                 continue
             if not calls:  # the policy answered itself (or was cut off by max_new_tokens mid-answer)
                 ep.traj.final_answer = content
+                if ep.user is not None and ended:
+                    asking.append((ep, turn))
+                    continue
                 over = len(ep.traj.ids) >= config.max_total_tokens
                 _finish(ep, "answer" if ended else "token_budget" if over else "length")
                 continue
             turn.calls = calls
             ep.calls.update(c.name for c in calls)
             pending.append((ep, turn, calls))
-        _run_tools(pending, toolbox, config)
+        _run_tools(pending, asking, toolbox, config)
+        for ep, turn in asking:
+            if turn.user is None or turn.user.done:
+                _finish(ep, "user_stop")
+                continue
+            seg_ids = _encode(tok, _user_segment(turn.user.text))
+            if len(ep.traj.ids) + len(seg_ids) >= config.max_total_tokens:  # no room to read and answer
+                _finish(ep, "token_budget")
+                continue
+            ep.traj.ids += seg_ids
+            ep.traj.mask += [0] * len(seg_ids)
+            ep.traj.logprobs += [0.0] * len(seg_ids)
+            if len(ep.traj.turns) >= config.max_turns:
+                _finish(ep, "max_turns")
         for ep, turn, _ in pending:
             final = next((o for o in turn.observations if o.final and not o.error), None)
             if final is not None:
@@ -217,7 +263,7 @@ def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfi
             ep.traj.logprobs += [0.0] * len(seg_ids)
             if len(ep.traj.turns) >= config.max_turns:
                 _finish(ep, "max_turns")
-    return [e.traj for e in episodes]
+    return episodes
 
 
 # Checkers that compare strings or numbers: run in the loop. Others (the judge, sympy, user code) may
@@ -226,7 +272,7 @@ _INSTANT_CHECKERS = frozenset({"exact", "contains", "mentions", "numeric"})
 
 
 async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfig, group_size: int
-                        ) -> list[Trajectory]:
+                        ) -> list[_Episode]:
     """The loop for a policy reached by messages (an API): each episode runs on its own, at most
     `engine.max_in_flight` at once, so a server's latency overlaps across episodes. Tools, accounting
     and endings are the local loop's; the policy reads the full OpenAI tool schemas."""
@@ -260,11 +306,11 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfi
                         await asyncio.get_running_loop().run_in_executor(pool, _finish, ep, reason)
 
             await asyncio.gather(*(run(ep, messages) for ep, messages in episodes))
-    return [ep.traj for ep, _ in episodes]
+    return [ep for ep, _ in episodes]
 
 
 async def _chat_episode(ep: _Episode, messages: list[dict], engine, session, toolbox, config: RolloutConfig) -> str:
-    """Turns until an answer, a `final` tool or `max_turns`; returns the finish reason."""
+    """Turns until an answer (or the user's end), a `final` tool or `max_turns`; returns the finish reason."""
     while True:
         reply = await engine.chat(messages, ep.schemas, session)
         meta = ep.traj.meta
@@ -278,16 +324,22 @@ async def _chat_episode(ep: _Episode, messages: list[dict], engine, session, too
             _record(ep, turn, [reply.error])
         elif not reply.calls:
             ep.traj.final_answer = reply.content
-            return "length" if reply.finish_reason == "length" else "answer"
+            if reply.finish_reason == "length" or ep.user is None:
+                return "length" if reply.finish_reason == "length" else "answer"
+            turn.user = await _ask_user(ep)
+            if turn.user.done:
+                return "user_stop"
+            messages += [reply.message, {"role": "user", "content": turn.user.text}]
         else:
             calls = [c.call for c in reply.calls if c.call is not None]
             turn.calls = calls
             ep.calls.update(c.name for c in calls)
-            results = iter(await _call_tools(ep, calls, toolbox, config))
+            done, tools_s = await _call_tools(ep, calls, toolbox, config)
+            results = iter(done)
             obs = [next(results) if c.call is not None else
                    Observation(content=f"Error: {c.error}", error=c.error, error_kind="malformed_call")
                    for c in reply.calls]
-            _record(ep, turn, obs)
+            _record(ep, turn, obs, tools_s)
             final = next((o for o in obs if o.final and not o.error), None)
             if final is not None:
                 ep.traj.final_answer = final.content
@@ -302,44 +354,72 @@ def _shown(obs: Observation, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " …[truncated]"
 
 
-def _run_tools(pending, toolbox, config: RolloutConfig) -> None:
-    """All calls of all trajectories this turn, concurrently; fills observations, cost and latency."""
+def _run_tools(pending, asking, toolbox, config: RolloutConfig) -> None:
+    """All calls of all trajectories this turn, and the users' replies, concurrently; fills
+    observations, cost and latency, and each asked turn's `user`."""
     async def all_():
-        return await asyncio.gather(*(_call_tools(ep, calls, toolbox, config) for ep, _, calls in pending))
+        return await asyncio.gather(*(_call_tools(ep, calls, toolbox, config) for ep, _, calls in pending),
+                                    *(_ask_user(ep) for ep, _ in asking))
 
-    results = run_sync(all_()) if pending else []
-    for (ep, turn, _), obs in zip(pending, results):
-        _record(ep, turn, obs)
+    results = run_sync(all_()) if pending or asking else []
+    for (ep, turn, _), (obs, tools_s) in zip(pending, results):
+        _record(ep, turn, obs, tools_s)
+    for (_, turn), reply in zip(asking, results[len(pending):]):
+        turn.user = reply
 
 
-async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> list[Observation]:
-    """One episode's calls of one turn, concurrently; observations in the order of `calls`."""
+async def _ask_user(ep: _Episode) -> UserTurn:
+    """The user's reply to the conversation so far. A user that cannot reply (its model failed after
+    its retries) ends the conversation; the failure is counted as errors["user_failure"]."""
+    try:
+        return await ep.user.reply(ep.messages())
+    except ToolError as e:
+        ep.errors["user_failure"] += 1
+        return UserTurn(text="", done=True, error=str(e), label=getattr(ep.user, "label", ""))
+
+
+async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> tuple[list[Observation], float]:
+    """One episode's calls of one turn: observations in the order of `calls`, and the seconds the
+    calls took together (the slowest concurrent call, or the stateful calls' sum when longer)."""
     from orchlib.tools.base import ToolContext
 
     if not calls:
-        return []
+        return [], 0.0
     ctx = ToolContext(task_id=ep.task.id, prompt=ep.task.prompt, category=ep.task.category,
                       answer=ep.task.answer, messages=ep.messages(), env=ep.env,
                       seed=ep.traj.group_index)
     # a tool the task does not offer is unknown to this episode, even if the toolbox has it
-    offered = [c for c in calls if ep.task.tools is None or c.name in ep.task.tools]
-    results = iter(await toolbox.call_many(offered, ctx, timeout_s=config.tool_timeout_s,
-                                           max_parallel=config.max_parallel) if offered else [])
-    obs = [next(results) if ep.task.tools is None or c.name in ep.task.tools else _not_offered(c, ep.task)
-           for c in calls]
+    offered = [i for i, c in enumerate(calls) if ep.task.tools is None or c.name in ep.task.tools]
+    serial = [i for i in offered if config.stateful_calls == "in_order" and calls[i].name in toolbox
+              and toolbox[calls[i].name].stateful]
+    together = [i for i in offered if i not in serial]
+
+    async def in_order() -> list[Observation]:
+        return [await toolbox.call(calls[i], ctx, timeout_s=config.tool_timeout_s) for i in serial]
+
+    parallel, chained = await asyncio.gather(
+        toolbox.call_many([calls[i] for i in together], ctx, timeout_s=config.tool_timeout_s,
+                          max_parallel=config.max_parallel), in_order())
+    got = dict(zip(together, parallel)) | dict(zip(serial, chained))
+    obs = [got[i] if i in got else _not_offered(c, ep.task) for i, c in enumerate(calls)]
     if config.tool_latency == "declared":
         obs = [_declared(o, toolbox, ep) for o in obs]
-    return obs
+    seconds = max(max((o.latency_s for i, o in enumerate(obs) if i not in serial), default=0.0),
+                  sum(obs[i].latency_s for i in serial))
+    return obs, seconds
 
 
-def _record(ep: _Episode, turn: Turn, obs: list[Observation]) -> None:
-    """A turn's observations: errors counted, cost added, latency = generation + slowest call."""
+def _record(ep: _Episode, turn: Turn, obs: list[Observation], tools_s: float | None = None) -> None:
+    """A turn's observations: errors counted, cost added, latency = generation + the calls' time
+    (`tools_s`; default the slowest call, as concurrent calls take)."""
     for o in obs:
         if o.error_kind:
             ep.errors[o.error_kind] += 1
     turn.observations += obs
     turn.cost_usd += sum(o.cost_usd for o in turn.observations)
-    turn.latency_s = turn.gen_latency_s + max((o.latency_s for o in turn.observations), default=0.0)
+    if tools_s is None:
+        tools_s = max((o.latency_s for o in turn.observations), default=0.0)
+    turn.latency_s = turn.gen_latency_s + tools_s
 
 
 def _not_offered(call, task: Task) -> Observation:
@@ -365,6 +445,9 @@ def _finish(ep: _Episode, reason: str) -> None:
     t.errors = dict(sorted(ep.errors.items()))
     t.cost_usd = sum(turn.cost_usd for turn in t.turns)
     t.latency_s = sum(turn.latency_s for turn in t.turns)
+    users = [turn.user for turn in t.turns if turn.user is not None]  # the user's bill, apart
+    t.user_cost_usd, t.user_latency_s = sum(u.cost_usd for u in users), sum(u.latency_s for u in users)
     # The observation a `final` tool answered with (its recorded grade, for the `recorded` checker).
-    final = next((o for o in t.turns[-1].observations if o.final and not o.error), None) if reason == "final_tool" else None
-    t.outcome = ep.task.score(t.final_answer, ep.env, final) if t.final_answer is not None else 0.0
+    final = (next((o for o in t.turns[-1].observations if o.final and not o.error), None)
+             if reason == "final_tool" else None)
+    t.outcome = ep.task.score(t.final_answer, ep.env, final, t) if t.final_answer is not None else 0.0

@@ -8,21 +8,22 @@ reads the same numbers, so one policy can learn to condition on it.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import os
 import re
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from orchlib import safejson
 from orchlib.atomic import write_text_atomic
-from orchlib.trajectory import ToolCall
+from orchlib.trajectory import ToolCall, UserTurn
 
-__all__ = ["Preference", "PROFILES", "Golden", "Task", "CHECKERS", "check_answer", "extract_number", "mentions",
-           "answer_in_text", "load_tasks", "save_tasks", "TaskFileError"]
+__all__ = ["Preference", "PROFILES", "Golden", "STOP_MARKER", "UserSpec", "Task", "CHECKERS", "check_answer",
+           "extract_number", "mentions", "answer_in_text", "resolve", "load_tasks", "save_tasks", "TaskFileError"]
 
 
 class Preference(BaseModel):
@@ -68,46 +69,101 @@ class Golden(BaseModel):
         default_factory=list, description="other valid call sequences; SFT samples among them")
 
 
+# τ²-bench's user simulator ends the conversation by writing this (Barres et al. 2025, arXiv 2506.07982).
+STOP_MARKER = "###STOP###"
+
+
+class UserSpec(BaseModel):
+    """A task's user as a task file spells it (orchlib.envs.users builds it for each episode):
+    `scripted` replies in order; `replayed` recorded user turns (their cost and latency as recorded);
+    `simulated` a model given `instructions`, over an `llm` card or an endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["scripted", "replayed", "simulated"] = Field(description="which kind of user answers")
+    turns: list[str | UserTurn] = Field(default_factory=list, description="scripted: the replies, in order; "
+                                        "replayed: the recorded user turns")
+    instructions: str = Field("", description="simulated: who the user is and what they want (τ²'s scenario)")
+    card: str | None = Field(None, description="simulated: an `llm` card file (client, model, price)")
+    base_url: str | None = Field(None, description="simulated without a card: an OpenAI-compatible endpoint")
+    model: str | None = Field(None, description="simulated without a card: the model name there")
+    stop: str = Field(STOP_MARKER, min_length=1, description="a reply holding this ends the conversation")
+    max_turns: int = Field(10, ge=1, description="replies after which the user ends the conversation itself "
+                                                 "(τ²'s user has no limit of its own; the rollout's max_turns "
+                                                 "bounds the agent)")
+
+    @model_validator(mode="after")
+    def _complete(self) -> UserSpec:
+        if self.kind in ("scripted", "replayed") and not self.turns:
+            raise ValueError(f"a {self.kind} user needs turns")
+        if self.kind == "simulated":
+            if not self.instructions:
+                raise ValueError("a simulated user needs instructions")
+            if (self.card is None) == (self.base_url is None or self.model is None):
+                raise ValueError("a simulated user needs a card, or base_url and model (not both)")
+        return self
+
+
 class Task(BaseModel):
-    """One thing to solve. `checker` names how the final answer is scored (see CHECKERS), or an import
-    path `pkg.module:fn` taking (answer, task, env) and returning a score in [0, 1]."""
+    """One thing to solve. `checker` names how the final answer is scored (see CHECKERS), or is a
+    function or an import path `pkg.module:fn` (or `pkg.module:obj.attr`) taking (answer, task, env)
+    — and `trajectory=` when it has that parameter: the conversation and how it ended — returning a
+    score in [0, 1]. `env` and `user` take a function `fn(task)` or its import path the same way;
+    functions cannot be written to a task file (`save_tasks` says so), import paths can."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str
     prompt: str
     tools: list[str] | None = Field(None, description="tool names offered; None = every tool in the toolbox")
-    checker: str = "exact"
+    checker: str | Callable[..., float] = "exact"
     answer: str | None = None
     preference: Preference | None = None
     category: str = "general"
     golden: Golden | None = None
-    env: str | None = Field(None, description="import path of a factory `fn(task) -> env` for stateful tasks")
+    env: str | Callable[[Any], Any] | None = Field(
+        None, description="factory `fn(task) -> env` (or its import path) for stateful tasks: a fresh one per episode")
+    user: UserSpec | str | Callable[[Any], Any] | None = Field(
+        None, description="who answers the orchestrator's turns without calls: a spec, or a factory "
+                          "`fn(task) -> User` (or its import path); None: such a turn ends the episode")
     meta: dict[str, Any] = Field(default_factory=dict)
 
     # Checked when the task is made (not imported): a misspelt checker would otherwise surface only
     # when the first episode is scored, after its tool calls were paid for.
     @field_validator("checker")
     @classmethod
-    def _known_checker(cls, v: str) -> str:
-        if v not in CHECKERS and not _IMPORT_PATH.fullmatch(v):
+    def _known_checker(cls, v: Any) -> Any:
+        if isinstance(v, str) and v not in CHECKERS and not _IMPORT_PATH.fullmatch(v):
             raise ValueError(f"unknown checker {v!r}: use one of {', '.join(CHECKERS)}, "
                              "or an import path 'pkg.module:function'")
         return v
 
-    @field_validator("env")
+    @field_validator("env", "user")
     @classmethod
-    def _env_path(cls, v: str | None) -> str | None:
-        if v is not None and not _IMPORT_PATH.fullmatch(v):
+    def _factory_path(cls, v: Any) -> Any:
+        if isinstance(v, str) and not _IMPORT_PATH.fullmatch(v):
             raise ValueError(f"expected an import path 'pkg.module:function', got {v!r}")
+        return v
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _user_spec(cls, v: Any) -> Any:
+        # Validated here so a bad spec is one message naming its field, not one per member of the union.
+        if isinstance(v, dict):
+            try:
+                return UserSpec.model_validate(v)
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise ValueError((f"{where}: " if where else "") + err["msg"].removeprefix("Value error, ")) from None
         return v
 
     def make_env(self) -> Any:
         """A fresh environment (e.g. a database copy) for one episode, or None."""
-        return _import(self.env)(self) if self.env else None
+        return resolve(self.env)(self) if self.env is not None else None
 
-    def score(self, answer: str | None, env: Any = None, observation: Any = None) -> float:
-        """`observation`: the tool result the answer is, when a `final` tool gave it (for `recorded`)."""
-        return check_answer(self, answer, env, observation)
+    def score(self, answer: str | None, env: Any = None, observation: Any = None, trajectory: Any = None) -> float:
+        """`observation`: the tool result the answer is, when a `final` tool gave it (for `recorded`);
+        `trajectory`: the episode (conversation, finish reason), for checkers that take it."""
+        return check_answer(self, answer, env, observation, trajectory)
 
 
 def extract_number(text: str | None) -> float | None:
@@ -215,22 +271,43 @@ CHECKERS: dict[str, Callable[..., float]] = {
 }
 
 
-_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+# `pkg.module:name` or `pkg.module:Obj.attr` (a domain object's method, as the function backend takes)
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _import(path: str) -> Callable[..., Any]:
     module, _, name = path.partition(":")
     if not name:
         raise ValueError(f"expected 'pkg.module:function', got {path!r}")
-    return getattr(importlib.import_module(module), name)
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
-def check_answer(task: Task, answer: str | None, env: Any = None, observation: Any = None) -> float:
-    """Score a final answer with the task's checker (a name in CHECKERS or an import path). Only
-    `recorded` reads `observation` (the final tool's result); the others see the answer text."""
-    fn = CHECKERS.get(task.checker) or _import(task.checker)
+def resolve(spec: str | Callable[..., Any]) -> Callable[..., Any]:
+    """A function given as itself or by import path (`pkg.module:fn`, `pkg.module:obj.attr`)."""
+    return _import(spec) if isinstance(spec, str) else spec
+
+
+def _takes_trajectory(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the three-argument form
+        return False
+    return "trajectory" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+
+def check_answer(task: Task, answer: str | None, env: Any = None, observation: Any = None,
+                 trajectory: Any = None) -> float:
+    """Score a final answer with the task's checker (a name in CHECKERS, a function or an import path).
+    Only `recorded` reads `observation` (the final tool's result); a checker with a `trajectory`
+    parameter also gets the episode; the others see the answer text and the env."""
+    fn = (CHECKERS.get(task.checker) if isinstance(task.checker, str) else None) or resolve(task.checker)
     if fn is _recorded:
         return _recorded(answer, task, env, observation)
+    if trajectory is not None and _takes_trajectory(fn):
+        return float(fn(answer, task, env, trajectory=trajectory))
     return float(fn(answer, task, env))
 
 
@@ -272,5 +349,11 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
 
 
 def save_tasks(tasks: list[Task], path: str | os.PathLike) -> Path:
-    """Write tasks as JSONL atomically."""
+    """Write tasks as JSONL atomically. A checker, env or user given as a function cannot be written
+    (a file names it by import path): that is an error naming the task and field, and nothing is written."""
+    for t in tasks:
+        for name in ("checker", "env", "user"):
+            if callable(getattr(t, name)):
+                raise ValueError(f"task {t.id}: {name} is a Python function, which a task file cannot hold; "
+                                 "give its import path 'pkg.module:function' instead")
     return write_text_atomic(path, "".join(t.model_dump_json(exclude_none=True) + "\n" for t in tasks))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.atomic import write_text_atomic
 
-__all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "Turn", "Trajectory",
+__all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "UserTurn", "Turn", "Trajectory",
            "write_jsonl", "read_jsonl"]
 
 ErrorKind = Literal["malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout"]
@@ -50,6 +50,21 @@ class Observation(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)  # what a backend knows beyond the text, e.g. a recorded "grade"
 
 
+class UserTurn(BaseModel):
+    """The user's reply to an assistant turn without calls (a task with a user). Its cost and latency
+    are the user's (a simulated user's model), counted apart from the orchestrator's."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str
+    done: bool = False                  # the user ended the conversation with this reply
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    label: str = ""                     # "scripted", "replay" or the simulated user's model
+    error: str | None = None            # the user could not reply (counted as errors["user_failure"])
+
+
 class Turn(BaseModel):
     """One assistant turn: what was sampled, the calls parsed from it, and their observations."""
 
@@ -61,6 +76,7 @@ class Turn(BaseModel):
     latency_s: float = 0.0                  # gen_latency_s + the longest of the turn's concurrent calls
     cost_usd: float = 0.0                   # own tokens priced by the orchestrator's card + tool costs
     tokens_out: int = 0                     # ids sampled this turn
+    user: UserTurn | None = None            # the user's reply to this turn, when the task has a user
 
 
 class Trajectory(BaseModel):
@@ -79,11 +95,14 @@ class Trajectory(BaseModel):
     prompt_len: int = 0
     final_answer: str | None = None
     # answer: a turn without calls; final_tool: a `final` tool answered; length: a turn hit max_new_tokens
-    # without a call; max_turns / token_budget: limits of the rollout config
-    finish_reason: Literal["answer", "final_tool", "length", "max_turns", "token_budget", ""] = ""
+    # without a call; user_stop: the task's user ended the conversation; max_turns / token_budget: limits
+    # of the rollout config
+    finish_reason: Literal["answer", "final_tool", "user_stop", "length", "max_turns", "token_budget", ""] = ""
     outcome: float = 0.0
     cost_usd: float = 0.0
     latency_s: float = 0.0
+    user_cost_usd: float = 0.0           # the task's user (a simulated user's model), apart from cost_usd
+    user_latency_s: float = 0.0          # the user's time, apart from latency_s
     calls: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
     meta: dict[str, Any] = Field(default_factory=dict)
@@ -113,6 +132,8 @@ class Trajectory(BaseModel):
             msgs.append(msg)
             for obs in turn.observations:
                 msgs.append({"role": "tool", "name": obs.tool, "content": obs.content})
+            if turn.user is not None:
+                msgs.append({"role": "user", "content": turn.user.text})
         return msgs
 
 

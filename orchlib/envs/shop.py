@@ -1,4 +1,5 @@
-"""The stateful domain: a small shop database, function tools that read and change it, and a checker.
+"""The shop: a small database, function tools that read and change it, and a checker — a domain built
+on `orchlib.envs.db` (fresh copy per episode, state hash, golden replay through the tools).
 
 Scoring follows τ²-bench (Barres et al. 2025, arXiv 2506.07982): a task's golden calls are replayed
 on a fresh copy of the database; the agent's episode scores 1 only when its final database state has
@@ -12,19 +13,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import random
 from collections import defaultdict
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchlib.tasks import Task, mentions
-from orchlib.trajectory import ToolCall
+from orchlib.envs.db import Database, DBDomain
+from orchlib.tasks import Task
+from orchlib.trajectory import ToolCall, Trajectory
 
 __all__ = ["Product", "Customer", "OrderLine", "Order", "ShopDB", "initial_db", "make_shop_env", "replay", "check",
            "SHOP_TOOLS", "WRITE_TOOLS", "shop_search_products", "shop_get_product", "shop_get_customer",
-           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money", "shop_tasks"]
+           "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money", "shop_tasks",
+           "SHOP"]
 
 
 class _Row(BaseModel):
@@ -64,18 +66,14 @@ class Order(_Row):
         return sum(line.quantity * line.unit_price_cents for line in self.lines)
 
 
-class ShopDB(_Row):
-    """The whole state of one shop. `state_hash()` is what stateful tasks are scored on."""
+class ShopDB(Database):
+    """The whole state of one shop. `state_hash()` (canonical JSON of every table) is what stateful
+    tasks are scored on."""
 
     products: dict[str, Product]
     customers: dict[str, Customer]
     orders: dict[str, Order]
     next_order: int = Field(1001, description="number of the next order id (O1001, O1002, ...)")
-
-    def state_hash(self) -> str:
-        """SHA-256 of the canonical JSON of every table (sorted keys): equal states, equal hashes."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def money(cents: int) -> str:
@@ -123,7 +121,7 @@ def initial_db(seed: int = 0) -> ShopDB:
 
 def make_shop_env(task: Task) -> ShopDB:
     """Task.env factory: a fresh database for one episode (seed from `task.meta["shop_seed"]`, default 0)."""
-    return initial_db(int(task.meta.get("shop_seed", 0)))
+    return SHOP.make_env(task)
 
 
 # ---------------------------------------------------------------------------------------------- tools
@@ -253,32 +251,25 @@ SHOP_TOOLS: dict[str, Callable[..., str]] = {fn.__name__: fn for fn in (
 WRITE_TOOLS: frozenset[str] = frozenset({"shop_place_order", "shop_cancel_order", "shop_update_email"})
 
 
+# The domain: the seeded database (deep-copied per episode), the tools, replay and the checker.
+SHOP = DBDomain("shop", lambda task: _initial(int(task.meta.get("shop_seed", 0))), list(SHOP_TOOLS.values()),
+                write_tools=WRITE_TOOLS, tags=["shop", "local", "free"])
+
+
 # ---------------------------------------------------------------------------------------------- scoring
 def replay(task: Task, calls: list[ToolCall] | None = None) -> ShopDB:
-    """A fresh database after running `calls` (default: the task's golden calls) in order. A failing
-    call raises: golden calls must be valid, and a test that perturbs them wants to know."""
-    env = make_shop_env(task)
-    if calls is None:
-        calls = task.golden.calls if task.golden else []
-    for call in calls:
-        if call.name not in SHOP_TOOLS:
-            raise ValueError(f"task {task.id}: {call.name!r} is not a shop tool")
-        SHOP_TOOLS[call.name](env, **call.arguments)
-    return env
+    """A fresh database after running `calls` (default: the task's golden calls) in order through the
+    shop's tools. A failing call raises: golden calls must be valid, and a test that perturbs them
+    wants to know."""
+    return SHOP.replay(task, calls)
 
 
-def check(answer: str | None, task: Task, env: Any = None) -> float:
+def check(answer: str | None, task: Task, env: Any = None, trajectory: Trajectory | None = None) -> float:
     """Task checker (`checker: "orchlib.envs.shop:check"`): 1.0 when the episode's database has the
-    golden state hash and the answer names every fact in `task.meta["required"]`, else 0.0.
-    `env=None` means no episode database was kept, which is scored as the untouched initial state."""
-    if answer is None:
-        return 0.0
-    state = env if env is not None else make_shop_env(task)
-    if not isinstance(state, ShopDB):
-        raise TypeError(f"task {task.id}: shop checker needs a ShopDB, got {type(state).__name__}")
-    if state.state_hash() != replay(task).state_hash():
-        return 0.0
-    return float(all(mentions(answer, str(fact)) for fact in task.meta.get("required", [])))
+    golden state hash and the answer (every turn, given the trajectory) names every fact in
+    `task.meta["required"]`, else 0.0. `env=None` means no episode database was kept, which is scored
+    as the untouched initial state."""
+    return SHOP.check(answer, task, env, trajectory)
 
 
 

@@ -92,6 +92,11 @@ class Tool:
     async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
         raise NotImplementedError
 
+    @property
+    def stateful(self) -> bool:
+        """Whether calls read or change the episode's env (they then run in order within a turn)."""
+        return False
+
     def check_arguments(self, arguments: Any) -> str | None:
         """None when the arguments fit the card's schema, else a message saying where and why not."""
         return arguments_problem(self.name, self._validator, arguments)
@@ -131,7 +136,8 @@ class Tool:
             latency = declared if declared is not None else time.perf_counter() - t0
         update: dict[str, Any] = {
             "tool": self.name, "label": obs.label or self.card.label, "latency_s": latency,
-            "final": self.card.final and obs.error is None,
+            # a backend may end the episode itself (a "transfer to a human" call): only the card may add it
+            "final": (self.card.final or obs.final) and obs.error is None,
             "cost_usd": self.card.price.cost(obs.tokens_in, obs.tokens_out, latency,
                                              tokens_reasoning=obs.tokens_reasoning, tokens_cached=obs.tokens_cached),
         }

@@ -3,7 +3,8 @@ given as an object (`FunctionTool(card, fn=f)`, `bind(card, f)`).
 
 Async functions are awaited; sync ones run in a thread pool so a slow function does not block the
 other calls of a turn. A running thread cannot be stopped: after a timeout its result is dropped but
-the thread runs to its end. One parameter may receive `context.env` (the episode's stateful
+the thread runs to its end. A function may return an Observation (e.g. `final=True`, which ends the
+episode); any other result is shown as text. One parameter may receive `context.env` (the episode's stateful
 environment) and is not part of the schema: the one named by `backend.state`, else the one annotated
 `State` (`db: State`, or `Annotated[DB, STATE]`), else one named `env`.
 
@@ -99,6 +100,10 @@ class FunctionTool(Tool):
         return cls(ToolCard.from_function(fn, state=state, **card_fields), fn=fn)
 
     @property
+    def stateful(self) -> bool:
+        return self._state is not None
+
+    @property
     def bound(self) -> bool:
         """Whether a function runs the calls (False: a schema-only card)."""
         return self.fn is not None
@@ -119,7 +124,8 @@ class FunctionTool(Tool):
         else:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(_executor(), functools.partial(self.fn, **kwargs))
-        return Observation(content=to_text(result))
+        # An Observation is passed on as the function made it: `final=True` ends the episode.
+        return result if isinstance(result, Observation) else Observation(content=to_text(result))
 
 
 def bind(card: ToolCard, fn: Callable[..., Any]) -> FunctionTool:
