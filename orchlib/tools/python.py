@@ -205,7 +205,9 @@ async def _supervise(argv: list[str], code: str, s: PythonSettings, config: dict
     finally:
         _kill_group(proc)  # also ends children the program left behind
         await _exited(proc, 5.0)  # not proc.wait(): it also waits for the pipes (see _exited)
-        await _group_gone(proc.pid)
+        # Under bwrap the pid namespace ends every process in it; bwrap's own helper (root, not the
+        # sandbox uid) is left as a zombie for init to reap, which can take seconds: wait for the live ones.
+        await _group_gone(proc.pid, zombies_count=signal_base is None)
         # Readers end at EOF once every holder of the pipes is dead; a process that left the group
         # (setsid) could hold them open, so do not wait on it for long.
         _, pending = await asyncio.wait(readers, timeout=2.0)
@@ -291,15 +293,32 @@ async def _exited(proc: asyncio.subprocess.Process, timeout_s: float) -> bool:
     return True
 
 
-async def _group_gone(pgid: int, patience_s: float = 2.0) -> None:
+async def _group_gone(pgid: int, patience_s: float = 2.0, zombies_count: bool = True) -> None:
     """Wait until every process of the group has been reaped: killed children linger a moment as
-    zombies of init, and they still count against RLIMIT_NPROC for the next sandbox."""
+    zombies of init, and they still count against RLIMIT_NPROC for the next sandbox. With
+    `zombies_count=False`, wait only until none of them is still running."""
     for _ in range(int(patience_s / 0.01)):
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
+        if zombies_count:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+        elif not _running_in_group(pgid):
             return
         await asyncio.sleep(0.01)
+
+
+def _running_in_group(pgid: int) -> bool:
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()  # after "(comm)", which may hold spaces
+            except OSError:  # the process ended while we looked
+                continue
+            if int(fields[2]) == pgid and fields[0] != b"Z":  # fields: state, ppid, pgrp, ...
+                return True
+    return False
 
 
 def _join(stdout: str, stderr: str, limit: int, total_bytes: int) -> str:
