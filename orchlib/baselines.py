@@ -85,11 +85,11 @@ class PromptMemo:
         self.tokenizer = tokenizer
         self._rendered: dict[tuple, str] = {}        # (messages, tools, options) → prompt text
         self._prompt_ids: dict[str, list[int]] = {}  # prompt text → ids
-        self._decoded: dict[tuple[int, ...], str | None] = {}  # prompt ids → text (filled on first decode)
+        # prompt ids → text (filled on first decode), found by length and last ids, then compared whole
+        self._decoded: dict[tuple, list[list]] = {}
         self._short: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
         self._tools_json: OrderedDict[tuple[int, ...], tuple[list, str]] = OrderedDict()
         self._short_text: OrderedDict[tuple[int, ...], str] = OrderedDict()
-        self._prompt_lens: set[int] = set()
 
     @classmethod
     def of(cls, tokenizer) -> PromptMemo:
@@ -104,12 +104,11 @@ class PromptMemo:
     def apply_chat_template(self, conversation, tools=None, **kw):
         if kw.get("tokenize", True):
             return self.tokenizer.apply_chat_template(conversation, tools=tools, **kw)
-        plain = all(isinstance(m, dict) and m.keys() == {"role", "content"} and isinstance(m["role"], str)
-                    and isinstance(m["content"], str)
+        plain = all(type(m) is dict and len(m) == 2 and type(m.get("role")) is str and type(m.get("content")) is str
                     for m in conversation)  # the rollout's system and user turns: no JSON needed for a key
         turns = tuple((m["role"], m["content"]) for m in conversation) if plain else json.dumps(
             conversation, sort_keys=True, default=str)
-        key = (turns, self._tools_key(tools), json.dumps(sorted(kw.items()), default=str))
+        key = (turns, self._tools_key(tools), tuple(sorted((k, repr(v)) for k, v in kw.items())))
         text = self._rendered.get(key)
         if text is None:
             text = self._rendered[key] = self.tokenizer.apply_chat_template(conversation, tools=tools, **kw)
@@ -136,8 +135,7 @@ class PromptMemo:
         if ids is not None:  # a rendered prompt: a fresh list of the same ids
             if not ids:
                 ids = self._prompt_ids[text] = list(self.tokenizer.encode(text, add_special_tokens=False))
-                self._decoded[tuple(ids)] = None
-                self._prompt_lens.add(len(ids))
+                self._decoded.setdefault(self._tail(ids), []).append([ids, None])
             return list(ids)
         key = (text, add_special_tokens)
         ids = self._short.get(key)
@@ -151,20 +149,21 @@ class PromptMemo:
             self._short.move_to_end(key)
         return list(ids)
 
+    @staticmethod
+    def _tail(ids) -> tuple:
+        return len(ids), tuple(ids[-32:])
+
     def decode(self, ids, skip_special_tokens: bool = False, **kw) -> str:
         if kw or skip_special_tokens:
             return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, **kw)
-        n = len(ids)
-        if n > 256 and n not in self._prompt_lens:  # neither a prompt nor a short turn: not kept
+        if len(ids) > 256:  # a prompt (kept), or a longer conversation (not kept)
+            for entry in self._decoded.get(self._tail(ids), ()):
+                if entry[0] == ids:
+                    if entry[1] is None:
+                        entry[1] = self.tokenizer.decode(ids, skip_special_tokens=False)
+                    return entry[1]
             return self.tokenizer.decode(ids, skip_special_tokens=False)
         key = tuple(ids)
-        if n > 256:
-            if key not in self._decoded:
-                return self.tokenizer.decode(ids, skip_special_tokens=False)
-            text = self._decoded[key]
-            if text is None:
-                text = self._decoded[key] = self.tokenizer.decode(list(key), skip_special_tokens=False)
-            return text
         text = self._short_text.get(key)  # a turn a route writes is the same on every task
         if text is None:
             text = self._short_text[key] = self.tokenizer.decode(list(key), skip_special_tokens=False)
