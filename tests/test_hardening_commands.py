@@ -192,3 +192,15 @@ def test_a_reward_expression_error_is_one_line(tmp_path, capsys):
     bad.write_text("x")
     assert main(["reward", "check", str(bad)]) == 2
     assert one_line(capsys).startswith(f"orchlib reward: {bad}: reward: unknown name `x`")
+
+
+def test_eval_out_naming_a_file_is_refused_before_anything_loads(tmp_path, capsys, monkeypatch):
+    import importlib
+
+    def started(*args, **kwargs):
+        raise AssertionError("the evaluation started before its output location was checked")
+
+    monkeypatch.setattr(importlib.import_module("orchlib.evaluate"), "evaluate", started)
+    (tmp_path / "f").write_text("x")
+    assert main(["eval", "--out", str(tmp_path / "f")]) == 2
+    assert one_line(capsys) == f"orchlib eval: --out {tmp_path / 'f'}: is a file, not a folder"

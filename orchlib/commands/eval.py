@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.tools import CardError, Toolbox
 
     cfg = settings(args)
+    writable_folder(cfg.out, "--out")  # before loading policies and minutes of rollouts, not at the first save
     try:
         if cfg.tasks:
             tasks = load_tasks(cfg.tasks)
@@ -148,7 +149,6 @@ def run(args: argparse.Namespace) -> int:
         policies = {p.name: _policy(p) for p in cfg.policies}
     except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError, ValueError) as e:
         raise UsageError(str(e)) from None
-    writable_folder(cfg.out, "--out")  # before minutes of rollouts, not at the first save
     config = EVAL_ROLLOUT.model_copy(update={"tool_schema": cfg.tool_schema})
     with _judging(cfg.judge, cfg.out) as judge:
         reports = {name: evaluate(engine, tasks, toolbox, reward, config, name=name)

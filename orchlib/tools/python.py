@@ -3,28 +3,36 @@
 Each call runs `python -I -B` (isolated: no user site, no PYTHON* variables) in a new session, in a
 fresh temporary working directory that is deleted afterwards, with an environment that holds only
 PATH, HOME, TMPDIR, LANG and thread-count settings (plus names the card lists in `pass_env`), so API
-keys in the host's environment are not there. The child (`_sandbox_child.py`) sets resource limits
-(CPU seconds, address space, file size, open files, processes), preloads the modules the card lists,
-drops to an unprivileged uid when the host runs as root, installs an audit hook, then runs the code.
-The host keeps only the first `max_output_chars` of the output, stops the program when it prints more
-than `max_stream_bytes`, and kills the whole process group on a wall-clock timeout and after every run.
+keys in the host's environment are not there. With `isolation` "auto" (the default) and bubblewrap
+working here, the process runs inside `bwrap` (see `_bwrap_prefix`): the system read-only, a private
+/tmp holding only the working directory, private /dev and /proc, no network, its own pid namespace.
+The child (`_sandbox_child.py`) sets resource limits (CPU seconds, address space, file size, open
+files, processes), preloads the modules the card lists, drops to an unprivileged uid when the host
+runs as root, installs its guards (an audit hook, and removes the few functions no audit event
+covers), then runs the code. The host keeps only the first `max_output_chars` of the output, stops
+the program when it prints more than `max_stream_bytes`, and kills the whole process group on a
+wall-clock timeout and after every run. The Observation's label says which isolation ran.
 
 What each limit rests on, honestly:
 - timeout, CPU, memory, file size, open files: the kernel (SIGKILL of the process group, rlimits).
-- fork bombs: the audit hook refuses process creation; under it RLIMIT_NPROC bounds the processes
+- fork bombs: the guards refuse process creation; under them RLIMIT_NPROC bounds the processes
   the sandbox uid may own. The kernel ignores RLIMIT_NPROC for root, hence the drop to `uid` (65534,
   "nobody", by default) when the host is root. The count is per uid, shared by concurrent sandboxes.
+  Under bwrap every process of the pid namespace dies with it.
 - reading secrets: the environment is rebuilt from scratch; after the uid drop the host's
-  /proc/<pid>/environ and root-only files are unreadable by the kernel's permission checks.
-- writing outside the working directory: after the uid drop the kernel refuses root-owned files;
-  world-writable places such as /tmp are refused only by the audit hook.
-- network: refused by the audit hook only.
+  /proc/<pid>/environ and root-only files are unreadable by the kernel's permission checks (under
+  bwrap the host's processes are not even visible).
+- writing outside the working directory: under bwrap the mount namespace (read-only system, private
+  /tmp); always the guards (paths resolved, `dir_fd` included, symlinks and `..` that lead outside
+  refused); after the uid drop the kernel refuses root-owned files.
+- network: under bwrap no network device; always the guards.
 Audit hooks (PEP 578) are a guard rail, not a jail: native code can go around them, which is why
-ctypes is refused too, but a determined attacker with a native extension is not stopped. Run code you
-do not trust inside a container or VM as well. Without root, no uid drop happens: the rlimits and the
-audit hook still apply, RLIMIT_NPROC then counts all of the user's processes (set above today's count).
+ctypes is refused too. Without bubblewrap, run code you do not trust inside a container or VM as well.
+Without root, no uid drop happens: the rlimits and the guards still apply, RLIMIT_NPROC then counts
+all of the user's processes (set above today's count), and bwrap uses a user namespace if it can.
 After the uid drop only preloaded modules and world-readable files can be imported, so list what the
 code may need in `preload` when Python is installed under a private folder (e.g. pyenv in /root).
+docs/tools.md lists every way out the guards refuse; tests/test_sandbox_adversarial.py tries each.
 """
 
 from __future__ import annotations
