@@ -225,7 +225,8 @@ def _install_guards(cfg):
         elif event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"):
             refuse(f"{event} (it could reach these checks)")
         elif event == "orchlib.sandbox.rebuild":
-            results.append(rebuild(*args))
+            function, box, *rest = args
+            box.append(rebuild(function, *rest))
 
     # No audit event reports these: without them a FIFO or device node could be made anywhere /tmp-like,
     # the process could leave the group the host kills, or signal the host through a pidfd.
@@ -243,7 +244,6 @@ def _install_guards(cfg):
     # holds. The name is read once, and a fresh spec carries it, so a spec cannot change its name.
     originals = {n: getattr_(_imp, n) for n in ("create_builtin", "create_dynamic", "exec_builtin", "exec_dynamic")}
     protected = {id_(m) for n, m in sys.modules.items() if n in rebuild_refused}
-    results = []
 
     def rebuild(function, arg, *rest):
         if function.startswith("exec_"):
@@ -259,8 +259,9 @@ def _install_guards(cfg):
 
     for function in originals:
         def wrapper(arg, *rest, _function=function):
-            sys.audit("orchlib.sandbox.rebuild", _function, arg, *rest)
-            return results.pop()
+            box = []  # one per call: imports may run in several threads at once
+            sys.audit("orchlib.sandbox.rebuild", _function, box, arg, *rest)
+            return box.pop()
         _imp.__dict__[function] = wrapper
 
     sys.addaudithook(hook)
