@@ -133,11 +133,11 @@ def test_final_tool_ends_episode(tiny_policy, toolbox):
 
 def test_max_turns_and_token_budget(tiny_policy, toolbox):
     _, tok = tiny_policy
-    engine = ScriptedEngine(tok, [call("add", a=1, b=1)])
+    engine = ScriptedEngine(tok, [call("add", a=1, b=1)], on_end="repeat")  # a policy stuck in a loop
     [traj] = rollout([TASK], toolbox, engine, RolloutConfig(max_turns=3))
     assert traj.finish_reason == "max_turns" and len(traj.turns) == 3 and traj.calls == {"add": 3}
     assert traj.final_answer is None and traj.outcome == 0.0
-    [traj] = rollout([TASK], toolbox, ScriptedEngine(tok, [call("add", a=1, b=1)]),
+    [traj] = rollout([TASK], toolbox, ScriptedEngine(tok, [call("add", a=1, b=1)], on_end="repeat"),
                      RolloutConfig(max_turns=50, max_total_tokens=600))
     assert traj.finish_reason == "token_budget" and len(traj.ids) <= 600
 

@@ -1,46 +1,168 @@
 """An engine that writes given text instead of sampling: golden trajectories, baselines, tests.
 
-The script is a list of turns (the same for every trajectory) or a function
-`(prompt_text, turn_index) -> text`. Its ids are the tokenizer's encoding of that text plus the stop
-id, so everything downstream (parsing, masks, observation segments, accounting) runs exactly as with
-a real model. Log-probs are a constant placeholder: these ids were not sampled.
+A script is a list of turns, or a function `(conversation_text, turn_index) -> text`. One script may
+serve every episode, or each task has its own (`{task_id: turns}` with `tasks=`), or each episode of
+a task has its own (`{task_id: [turns_for_g0, turns_for_g1, ...]}`: the g-th episode of the task in a
+rollout gets the g-th; `ScriptedEngine.from_trajectories` replays recorded conversations this way).
+Its ids are the tokenizer's encoding of that text plus the stop id, so everything downstream (parsing,
+masks, observation and user segments, accounting) runs exactly as with a real model. Log-probs are a
+constant placeholder: these ids were not sampled.
+
+The engine follows each episode by its ids (a prompt that extends a sequence it wrote is that
+episode's next turn), so it never decodes a whole conversation per turn: a new episode's prompt is
+decoded once to find its task, and a function script reads text decoded piece by piece. A script
+that runs out raises `ScriptExhausted` (`on_end="repeat"` repeats its last turn instead, as a policy
+stuck in a loop would).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from orchlib.chat import IM_END, IM_START
 from orchlib.engines.base import GenerateResult, Generation, SamplingParams
 
-__all__ = ["ScriptedEngine"]
+__all__ = ["ScriptedEngine", "ScriptExhausted"]
+
+Script = Sequence[str] | Callable[[str, int], str]
+
+
+class ScriptExhausted(RuntimeError):
+    """The policy was asked for a turn its script does not have."""
+
+
+@dataclass
+class _Episode:
+    script: Script
+    label: str
+    turn: int = 0
+    text: str = ""  # the conversation so far, for function scripts (built from the pieces)
 
 
 class ScriptedEngine:
-    def __init__(self, tokenizer, turns: Sequence[str] | Callable[[str, int], str], logprob: float = -1.0):
-        self.tokenizer = tokenizer
-        self.turns = turns
-        self.logprob = logprob
+    def __init__(self, tokenizer, turns: Script | Mapping[str, Script | Sequence[Sequence[str]]],
+                 logprob: float = -1.0, *, tasks: Sequence[Any] | None = None,
+                 on_end: Literal["error", "repeat"] = "error"):
+        """`turns`: one script for every episode, or `{task_id: script}` / `{task_id: [script per
+        episode]}` with `tasks` (the Task objects, whose prompts identify them in the conversation)."""
+        if on_end not in ("error", "repeat"):
+            raise ValueError(f'on_end must be "error" or "repeat", not {on_end!r}')
+        self.tokenizer, self.logprob, self.on_end = tokenizer, logprob, on_end
         self.calls: list[int] = []  # batch size of each generate call, for tests
+        self._eos = tokenizer.convert_tokens_to_ids(IM_END)
+        self._shared: Script | None = None
+        self._by_prompt: dict[str, tuple[str, list[Script]]] = {}
+        if isinstance(turns, Mapping):
+            if tasks is None:
+                raise ValueError("scripts per task need tasks=[...] (their prompts say which task an episode is)")
+            known = {t.id for t in tasks}
+            unknown = sorted(set(turns) - known)
+            if unknown:
+                raise ValueError(f"scripts for unknown task ids {unknown}")
+            for t in tasks:
+                if t.id in turns:
+                    self._add(t.prompt, t.id, turns[t.id])
+        else:
+            self._shared = turns
+        self._live: dict[int, dict[tuple[int, ...], list[_Episode]]] = {}
+        self._started: dict[str, int] = {}
 
-    def text_for(self, prompt_text: str) -> str:
-        turn = prompt_text.count(f"{IM_START}assistant") - 1
-        if callable(self.turns):
-            return self.turns(prompt_text, turn)
-        return self.turns[min(turn, len(self.turns) - 1)]
+    @classmethod
+    def from_trajectories(cls, tokenizer, trajectories: Sequence[Any], **kw: Any) -> ScriptedEngine:
+        """The recorded policy turns of `trajectories`, each replayed by the episode of the same task
+        and group index (run the same tasks with the same group size)."""
+        engine = cls(tokenizer, [], **kw)
+        by_task: dict[str, dict[int, list[str]]] = {}
+        prompts: dict[str, str] = {}
+        for t in trajectories:
+            by_task.setdefault(t.task_id, {})[t.group_index] = [turn.text for turn in t.turns]
+            prompts[t.task_id] = t.prompt
+        for task_id, groups in by_task.items():
+            if sorted(groups) != list(range(len(groups))):
+                raise ValueError(f"task {task_id}: group indices {sorted(groups)} are not 0..{len(groups) - 1}")
+            engine._add(prompts[task_id], task_id, [groups[g] for g in range(len(groups))])
+        engine._shared = None
+        return engine
+
+    def _add(self, prompt: str, task_id: str, script: Any) -> None:
+        per_episode = (not callable(script) and len(script) > 0
+                       and all(not isinstance(s, str) for s in script))
+        scripts = list(script) if per_episode else [script]
+        if prompt in self._by_prompt and self._by_prompt[prompt][1] != scripts:
+            raise ValueError(f"tasks {self._by_prompt[prompt][0]} and {task_id} have the same prompt and "
+                             "different scripts: an episode could not tell which is its own")
+        self._by_prompt[prompt] = (task_id, scripts)
+
+    # ------------------------------------------------------------------ following episodes by their ids
+    def _find(self, prompt: Sequence[int]) -> tuple[_Episode, int] | None:
+        """The episode whose written sequence `prompt` extends, and that sequence's length."""
+        for length in sorted(self._live, reverse=True):
+            if length < len(prompt):
+                waiting = self._live[length].get(tuple(prompt[:length]))
+                if waiting:
+                    return waiting.pop(), length
+        return None
+
+    def _new(self, prompt: Sequence[int]) -> _Episode:
+        if self._shared is not None and not callable(self._shared):  # nothing to read
+            return _Episode(self._shared, "every episode")
+        text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+        if self._shared is not None:
+            return _Episode(self._shared, "every episode", text=text)
+        # the task's words are the last user turn of the first prompt (P may follow them)
+        start = text.rfind(f"{IM_START}user\n")
+        said = text[start + len(IM_START) + 5:].split(IM_END, 1)[0] if start >= 0 else ""
+        found = [p for p in self._by_prompt if said == p or said.startswith(p + "\n\n")]
+        if not found:
+            raise ScriptExhausted(f"no script for an episode whose task says {said[:80]!r}")
+        task_id, scripts = self._by_prompt[max(found, key=len)]
+        g = self._started.get(task_id, 0)
+        self._started[task_id] = g + 1
+        if g >= len(scripts) and len(scripts) > 1:
+            raise ScriptExhausted(f"task {task_id}: {len(scripts)} scripts, for episodes 0..{len(scripts) - 1}; "
+                                  f"episode {g} was started")
+        return _Episode(scripts[min(g, len(scripts) - 1)], f"task {task_id}" + (f" episode {g}" if len(scripts) > 1
+                                                                                  else ""), text=text)
+
+    def _next_text(self, ep: _Episode) -> str:
+        script, turn = ep.script, ep.turn
+        if callable(script):
+            return script(ep.text, turn)
+        if turn < len(script):
+            return script[turn]
+        if self.on_end == "repeat" and len(script):
+            return script[-1]
+        raise ScriptExhausted(f"the script for {ep.label} has {len(script)} turns; turn {turn + 1} was asked "
+                              "(end it with an answer, or give on_end='repeat')")
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  stop_ids: Sequence[int] = ()) -> GenerateResult:
         t0 = time.perf_counter()
         self.calls.append(len(prompts))
-        eos = self.tokenizer.convert_tokens_to_ids(IM_END)
+        found = [self._find(p) for p in prompts]
+        if all(f is None for f in found):  # a new rollout: forget the last one's episodes
+            self._live.clear()
+            self._started.clear()
         outs = []
-        for p in prompts:
-            text = self.text_for(self.tokenizer.decode(list(p), skip_special_tokens=False))
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [eos]
+        for p, hit in zip(prompts, found):
+            if hit is None:
+                ep = self._new(p)
+            else:
+                ep, length = hit
+                if callable(ep.script):  # only the new piece is decoded
+                    ep.text += self.tokenizer.decode(list(p[length:]), skip_special_tokens=False)
+            ids = list(self.tokenizer.encode(self._next_text(ep), add_special_tokens=False)) + [self._eos]
             finish = "stop"
             if len(ids) > params.max_new_tokens:
                 ids, finish = ids[:params.max_new_tokens], "length"
+            ep.turn += 1
+            if callable(ep.script):
+                ep.text += self.tokenizer.decode(ids, skip_special_tokens=False)
+            written = tuple(p) + tuple(ids)
+            self._live.setdefault(len(written), {}).setdefault(written, []).append(ep)
             outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
+        for length in [n for n, d in self._live.items() if not any(d.values())]:
+            del self._live[length]
         return GenerateResult(outs, time.perf_counter() - t0, prompt_tokens=sum(map(len, prompts)))
