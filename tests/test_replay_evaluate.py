@@ -85,8 +85,9 @@ def test_routes_and_baselines_agree_with_numpy(setup, tokenizer):
     acc, mean_cost = grade.mean(0), cost.mean(0)
     strongest = min(range(len(names)), key=lambda j: (-acc[j], mean_cost[j], names[j]))
     cheapest = min(range(len(names)), key=lambda j: (mean_cost[j], -acc[j], names[j]))
-    rank = np.lexsort((np.arange(len(names))[None, :].repeat(len(tasks), 0), lat, cost, grade.max(1, keepdims=True) - grade),
-                      axis=1)[:, 0]  # the oracle: right first, then cheaper, faster, by name
+    by_name = np.arange(len(names))[None, :].repeat(len(tasks), 0)
+    wrong = grade.max(1, keepdims=True) - grade
+    rank = np.lexsort((by_name, lat, cost, wrong), axis=1)[:, 0]  # the oracle: right first, then cheaper, faster
     pick = {"strongest": np.full(len(tasks), strongest), "cheapest": np.full(len(tasks), cheapest), "oracle": rank,
             "random": np.array([names.index(random.Random(f"0:{t.id}").choice(names)) for t in tasks])}
     rows_ = np.arange(len(tasks))
@@ -99,7 +100,8 @@ def test_routes_and_baselines_agree_with_numpy(setup, tokenizer):
     # The frontier by brute force over pairs, and PGR and AIQ from the numpy means.
     pts = {n: (mean_cost[j], acc[j]) for j, n in enumerate(names)}
     dominated = {a for a in pts for b in pts if pts[b][0] <= pts[a][0] and pts[b][1] >= pts[a][1] and pts[b] != pts[a]}
-    assert sorted(frontier({k: (v["cost_usd"], v["accuracy"]) for k, v in stats.items()})) == sorted(set(pts) - dominated)
+    got = frontier({k: (v["cost_usd"], v["accuracy"]) for k, v in stats.items()})
+    assert sorted(got) == sorted(set(pts) - dominated)
     assert pgr(reports["oracle"]["accuracy"], acc[cheapest], acc[strongest]) == pytest.approx(
         (grade.max(1).mean() - acc[cheapest]) / (acc[strongest] - acc[cheapest]), rel=1e-9)
     grid = np.linspace(mean_cost.min(), mean_cost.max(), 100_001)

@@ -146,9 +146,10 @@ def test_rows_recording_prices_reasoning_as_output_and_keeps_the_recorded_latenc
         obs = _call(cards[r["model"]], r["prompt"])
         p = PRICES[r["model"]]
         # Written out: input at the input price, visible output and reasoning both at the output price.
-        want = r["input_tokens"] * p.per_m_input / 1e6 + (r["output_tokens"] + r["reasoning_tokens"]) * p.per_m_output / 1e6
+        out = r["output_tokens"] + r["reasoning_tokens"]
+        want = r["input_tokens"] * p.per_m_input / 1e6 + out * p.per_m_output / 1e6
         assert obs.cost_usd == pytest.approx(want, rel=1e-12)
-        assert obs.tokens_out == r["output_tokens"] + r["reasoning_tokens"] and obs.tokens_reasoning == r["reasoning_tokens"]
+        assert obs.tokens_out == out and obs.tokens_reasoning == r["reasoning_tokens"]
         assert obs.latency_s == r["latency_s"]  # recorded, not the card's 99 s
         assert obs.meta["grade"] == parse_grade(r["grade"]) and obs.content == r["response"] and obs.final
 
@@ -237,20 +238,31 @@ def test_write_recording_takes_a_table_and_refuses_non_rows(tmp_path):
             return 7
 
     class Frame:  # what pandas offers: to_dict("records"), numpy scalars and NaN for missing values
+        def iterrows(self):
+            raise AssertionError("records are read with to_dict")
+
         def to_dict(self, orient):
             assert orient == "records"
             return [{"prompt": "q", "model": "m", "response": "a", "grade": float("nan"), "output_tokens": Int()}]
 
+    class Dataset:  # what datasets offers: rows when iterated; to_dict gives columns, not rows
+        def __iter__(self):
+            return iter([{"prompt": "q2", "model": "m", "response": "b"}])
+
+        def to_dict(self):
+            raise AssertionError("a Dataset is iterated")
+
     rec = read_recording(write_recording(Frame(), tmp_path / "f.jsonl"))
     assert rec.answers("m")["q"] == replay.Recorded(text="a", grade=None, tokens_out=7)
+    assert read_recording(write_recording(Dataset(), tmp_path / "d.jsonl")).answers("m")["q2"].text == "b"
     with pytest.raises(TypeError, match="row 1: expected a mapping"):
         write_recording([["q", "a"]], tmp_path / "g.jsonl")
     assert not (tmp_path / "g.jsonl").exists()  # nothing half-written
 
 
 def test_replay_cards_names_and_unknown_models(tmp_path):
-    path = write_recording([{**RECORDS[0], "model": "openai/gpt-5 (high)"}, {**RECORDS[0], "model": "openai/gpt-5_high"}],
-                           tmp_path / "r.jsonl")
+    rows = [{**RECORDS[0], "model": "openai/gpt-5 (high)"}, {**RECORDS[0], "model": "openai/gpt-5_high"}]
+    path = write_recording(rows, tmp_path / "r.jsonl")
     with pytest.raises(ValueError, match="both become the tool name 'openai_gpt-5_high'"):
         replay_cards(path)
     assert [c.name for c in replay_cards(path, ["openai/gpt-5 (high)"])] == ["openai_gpt-5_high"]

@@ -154,8 +154,14 @@ def parse_grade(value: Any) -> float | None:
     raise ValueError(f"not a grade: {value!r} (use 1/0, true/false, or a score in [0, 1])")
 
 
+def _missing(value: Any) -> bool:
+    """An empty cell: None, blank text, or NaN (pandas' missing value)."""
+    return value is None or (isinstance(value, str) and not value.strip()) or (
+        isinstance(value, float) and math.isnan(value))
+
+
 def _count(value: Any) -> int | None:
-    if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return None
     if isinstance(value, bool):
         raise ValueError(f"not a token count: {value!r}")
@@ -169,7 +175,7 @@ def _count(value: Any) -> int | None:
 
 
 def _seconds(value: Any) -> float | None:
-    if value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return None
     try:
         number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
@@ -468,7 +474,9 @@ def write_recording(table: Any, path: str | os.PathLike) -> Path:
     """Write a table of recorded outputs as a JSONL recording, atomically: a pandas DataFrame
     (`to_dict("records")`), a `datasets.Dataset` or any iterable of mappings, one row per question and
     model. Values are written as they are; reading them back checks them."""
-    rows = table.to_dict("records") if hasattr(table, "to_dict") and not isinstance(table, Mapping) else table
+    # A DataFrame iterates over its column names, so it is asked for records; a datasets.Dataset (its
+    # to_dict gives columns) and a list iterate over rows as they are.
+    rows = table.to_dict(orient="records") if hasattr(table, "iterrows") else table
     lines = []
     for i, row in enumerate(rows, 1):
         if not isinstance(row, Mapping):
