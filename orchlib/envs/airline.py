@@ -188,5 +188,5 @@ def airline_tasks() -> list[Task]:
               ["But I really want a refund!"],
               [_call("get_reservation", reservation_id="R1003"),
                _call("transfer_to_human_agents", summary="refund for a flown reservation R1003")],
-              [], "Transferred to a human agent."),
+              ["human agent"], "Transferred to a human agent."),
     ]
