@@ -105,13 +105,13 @@ def test_replay_tools_answer_the_gsm8k_tasks(suite, toolbox):
 
 
 def test_golden_calls_of_arithmetic_and_lookup_return_the_answer(suite, toolbox):
-    from orchlib.baselines import _found
+    from orchlib.tasks import answer_in_text
     from orchlib.tools import ToolContext
 
     for t in suite.train + suite.test:
         if t.category in ("arithmetic", "lookup"):
             (obs,) = toolbox.call_many_sync(t.golden.calls, ToolContext(task_id=t.id, prompt=t.prompt))
-            assert obs.error is None and _found(t, obs.content), (t.id, obs.content)
+            assert obs.error is None and answer_in_text(t, obs.content), (t.id, obs.content)
             if t.category == "arithmetic":
                 assert t.score(obs.content) == 1.0
 
