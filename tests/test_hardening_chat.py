@@ -70,26 +70,16 @@ def test_a_deeply_nested_call_is_an_error_observation_and_the_rollout_goes_on(ti
     assert traj.final_answer == "3" and traj.outcome == 1.0
 
 
-# A short run of the fuzz in benchmarks/bench_fuzz.py (which runs 10,000 cases per reader).
+# The fuzz itself (bytes and structured JSON) is benchmarks/bench_fuzz.py, with a short run in
+# tests/test_hardening_fuzz.py; here, what is accepted must survive rendering.
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
                            lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(), kids, max_size=4),
                            max_leaves=30)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.binary(max_size=400))
-def test_fuzz_bytes(raw):
-    text = raw.decode("utf-8", errors="replace")
-    for candidate in (text, wrap(text)):
-        try:
-            parse_tool_calls(candidate)
-        except ToolCallParseError:
-            pass
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["name", "arguments", "extra"]), json_values, max_size=3))
-def test_fuzz_structured(obj):
+def test_an_accepted_call_renders_and_parses_back_the_same(obj):
     try:
         _, calls = parse_tool_calls(wrap(json.dumps(obj)))
     except ToolCallParseError:
