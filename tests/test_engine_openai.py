@@ -478,3 +478,20 @@ def test_the_example_eval_file_is_valid():
     cfg = load_config(Path(__file__).parents[1] / "examples" / "eval_api.yaml", EvalFileConfig)
     assert [p.name for p in cfg.policies] == ["trained", "gpt-5", "qwen3-8b"]
     assert cfg.policies[1].api.card and cfg.judge.model == "gpt-5-mini"
+
+
+def test_a_dotted_tool_name_goes_out_as_openai_allows_and_comes_back_as_the_card_names(serve):
+    def respond(body):
+        sent = [t["function"]["name"] for t in body["tools"]]
+        assert all("." not in n for n in sent), sent  # OpenAI refuses dots in function names
+        if Model.turn(body) == 0:
+            return reply(None, [call("math_add", {"a": 2, "b": 3})])
+        return reply("The answer is 5.")
+
+    model = Model(respond)
+    box = Toolbox([FunctionTool.from_function(add, name="math.add"), FunctionTool.from_function(mul)])
+    task = TASK.model_copy(update={"prompt": "What is 2+3?", "answer": "5"})
+    [t] = rollout([task], box, policy(serve(model)), RolloutConfig(max_turns=3))
+    assert t.errors == {} and t.calls == {"math.add": 1} and t.outcome == 1.0
+    assert t.turns[0].observations[0].content == "5"
+    assert sorted(f["function"]["name"] for f in model.requests[0]["tools"]) == ["math_add", "mul"]

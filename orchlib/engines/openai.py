@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchlib.cards import Price, ToolCard, load_card
 from orchlib.chat import (TOOL_RESPONSE, TOOL_RESPONSE_END, TOOLS_HEADER, ToolCallParseError, parse_tool_calls,
                           render_assistant)
+from orchlib.toolnames import ToolNames
 from orchlib.tools.base import ToolError, approx_tokens
 from orchlib.tools.llm import LLMSettings, chat_body, post_chat
 from orchlib.trajectory import Observation, ToolCall
@@ -177,8 +178,14 @@ class OpenAIPolicy:
         """One turn. Never raises for the server's failures: they come back as `ChatReply.error`.
         Without a `session` the request opens its own connection."""
         body = chat_body(self.settings, messages)
+        names = None
         if self.config.tool_calling == "native" and tools:
-            body["tools"] = tools
+            # OpenAI's function names allow no dot (`math.factorial`): send each under its export
+            # name and read the calls back under the card's (orchlib.toolnames, one-to-one).
+            names = ToolNames([t["function"]["name"] for t in tools], "openai")
+            body["tools"] = [t if not names.changed.get(t["function"]["name"]) else
+                             {**t, "function": {**t["function"], "name": names.exported(t["function"]["name"])}}
+                             for t in tools]
         t0 = time.perf_counter()
         try:
             if session is None:
@@ -193,18 +200,21 @@ class OpenAIPolicy:
             return ChatReply(text="", seconds=seconds, error=Observation(
                 content=f"error: {e}", error=str(e), error_kind=e.kind))  # type: ignore[arg-type]
         seconds = time.perf_counter() - t0
-        reply = self._read(data, messages)
+        reply = self._read(data, messages, names)
         reply.seconds = seconds
         reply.cost_usd = self.price.cost(reply.tokens_in, reply.tokens_out)
         return reply
 
-    def _read(self, data: dict[str, Any], messages: list[dict[str, Any]]) -> ChatReply:
+    def _read(self, data: dict[str, Any], messages: list[dict[str, Any]], names: ToolNames | None = None) -> ChatReply:
         choice = data["choices"][0]
         msg = choice.get("message") or {}
         content = _text(msg.get("content"))
         raw_calls = msg.get("tool_calls") or []
         if raw_calls:
             calls = [_native_call(tc) for tc in raw_calls]
+            for c in calls:
+                if names is not None and c.call is not None:
+                    c.call = c.call.model_copy(update={"name": names.internal(c.call.name)})
             sent = [dict(tc, id=c.id) if isinstance(tc, dict) else  # each `tool` result names its call's id
                     {"id": c.id, "type": "function", "function": {"name": "unreadable", "arguments": "{}"}}
                     for tc, c in zip(raw_calls, calls)]
