@@ -31,8 +31,13 @@ demo: $(VENV)/.core-$(HASH)
 info: $(VENV)/.core-$(HASH)
 	$(BIN)/orchlib info
 
-test: $(VENV)/.dev-$(HASH) /usr/bin/chromium
-	$(BIN)/python -m pytest $(ARGS)
+# The code sandbox runs under bubblewrap where it is installed (OS isolation; Python guards otherwise).
+/usr/bin/bwrap:
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+
+# Two workers (pytest-xdist), a test file each at a time: files share their module fixtures.
+test: $(VENV)/.dev-$(HASH) /usr/bin/chromium /usr/bin/bwrap
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 $(ARGS)
 
 bench: $(VENV)/.dev-$(HASH)
 	$(PIP) -e ".[bench]"
