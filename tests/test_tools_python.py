@@ -79,7 +79,7 @@ def test_infinite_loop_hits_the_wall_clock_and_the_group_is_killed():
 def test_cpu_limit_ends_a_busy_loop():
     obs = run("while True:\n    pass", cpu_s=1, timeout_s=20)
     assert obs.error_kind == "tool_failure" and obs.error == "CPU time limit of 1 s exceeded"
-    assert obs.latency_s < 5
+    assert obs.latency_s < 15  # ended by the CPU limit, well before the 20 s wall clock (a busy machine: ~5 s)
 
 
 def test_fork_bomb_is_refused_and_bounded():
