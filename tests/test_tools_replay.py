@@ -228,6 +228,10 @@ def test_missing_columns_and_unreadable_lines(tmp_path):
     bad.write_text('{"prompt": "q", "model": "m", "response": "a"}\n[1, 2]\n', encoding="utf-8")
     with pytest.raises(RecordingError, match=r"b.jsonl:2: a row must be a JSON object"):
         read_recording(bad)
+    latin = tmp_path / "l.csv"
+    latin.write_bytes(b"prompt,model,response\nq,m,caf\xe9\n")
+    with pytest.raises(RecordingError, match=r"l.csv:2: not UTF-8 \(byte 0xe9\)"):
+        read_recording(latin)
     with pytest.raises(RecordingError, match="unknown recording format '.txt'"):
         read_recording(tmp_path / "x.txt")
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -208,15 +209,15 @@ def _rows(path: Path) -> tuple[list[str], Iterator[tuple[int, Mapping[str, Any]]
         columns = list(dict.fromkeys(k for _, r in rows for k in r))
         return columns, iter(rows)
     if suffix in (".csv", ".tsv"):
-        f = open(path, encoding="utf-8-sig", newline="")
-        reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:  # the line is counted on the bytes: a text reader reads ahead
+            line = data[:e.start].count(b"\n") + 1
+            raise RecordingError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x})") from None
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
         columns = list(reader.fieldnames or ())
-
-        def lines() -> Iterator[tuple[int, Mapping[str, Any]]]:
-            with f:
-                for row in reader:
-                    yield reader.line_num, row
-        return columns, lines()
+        return columns, iter([(reader.line_num, row) for row in reader])  # line_num: where the row ends
     if suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
