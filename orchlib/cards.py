@@ -159,8 +159,9 @@ class ToolCard(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: copy.deepcopy(EMPTY_SCHEMA),
                                        description="JSON Schema of the arguments; an object schema")
     backend: dict[str, Any] = Field(default_factory=dict, description="settings of the kind (docs/tools.md)")
-    price: Price = Field(default_factory=Price)
-    latency: Latency = Field(default_factory=Latency)
+    price: Price = Field(default_factory=Price, description="USD: per call and per million tokens in and out")
+    latency: Latency = Field(default_factory=Latency, description="seconds a call is declared to take (simulated "
+                                                                  "and replay tools use it; real tools are timed)")
     tags: list[str] = Field(default_factory=list, description="free labels for filtering and reports")
     final: bool = Field(False, description="its answer ends the episode as the final answer "
                         "(the ToolOrchestra `answer` tool), so a small policy never copies a long answer")

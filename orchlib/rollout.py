@@ -51,13 +51,15 @@ class RolloutConfig(BaseModel):
     max_new_tokens: int = Field(48, ge=1, description="per turn; a tool call of the default policy is ~20-40 ids")
     max_total_tokens: int = Field(2048, ge=16, description="token budget of one trajectory (prompt included)")
     temperature: float = Field(1.0, ge=0.0, description="1.0: the log-probs GRPO's ratio needs are exact")
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling; 1.0 keeps the sampled log-probs "
+                                                          "those of the policy itself, as GRPO's ratio assumes")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="the system turn's text; the tools and P are "
+                                                                  "rendered after it")
     show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "
-                              "a given prefix. What each did to the demo's tiny policy: docs/training.md")
+                              "a given prefix. The tiny policy's measurements: docs/notes/")
     policy_price_in: float = Field(0.2, ge=0, description="USD per M input ids; Qwen3-8B in the ToolOrchestra "
                                                            "release")
     policy_price_out: float = Field(0.2, ge=0, description="USD per M sampled ids; Qwen3-8B, same source")

@@ -63,8 +63,8 @@ class Golden(BaseModel):
     """Golden tool calls and final answer (SFT warm start; stateful scoring replays the calls)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    calls: list[ToolCall] = Field(default_factory=list)
-    answer: str | None = None
+    calls: list[ToolCall] = Field(default_factory=list, description="the tool calls, in order")
+    answer: str | None = Field(None, description="the final answer after them")
     alternatives: list[list[ToolCall]] = Field(
         default_factory=list, description="other valid call sequences; SFT samples among them")
 
@@ -111,20 +111,23 @@ class Task(BaseModel):
     functions cannot be written to a task file (`save_tasks` says so), import paths can."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    id: str
-    prompt: str
+    id: str = Field(description="unique within a task file: evaluation and the GRPO groups key on it")
+    prompt: str = Field(description="what the orchestrator is asked (the user turn)")
     tools: list[str] | None = Field(None, description="tool names offered; None = every tool in the toolbox")
-    checker: str | Callable[..., float] = "exact"
-    answer: str | None = None
-    preference: Preference | None = None
-    category: str = "general"
-    golden: Golden | None = None
+    checker: str | Callable[..., float] = Field("exact", description="scores the final answer in [0, 1]: a name "
+                                                "from CHECKERS, a function or its import path")
+    answer: str | None = Field(None, description="the reference answer the checker compares with")
+    preference: Preference | None = Field(None, description="P: what the orchestrator is shown and the reward "
+                                                            "weighs; None = the reward file's own")
+    category: str = Field("general", description="groups tasks in reports and balanced draws")
+    golden: Golden | None = Field(None, description="a known-good way to solve it (SFT warm start, baselines)")
     env: str | Callable[[Any], Any] | None = Field(
         None, description="factory `fn(task) -> env` (or its import path) for stateful tasks: a fresh one per episode")
     user: UserSpec | str | Callable[[Any], Any] | None = Field(
         None, description="who answers the orchestrator's turns without calls: a spec, or a factory "
                           "`fn(task) -> User` (or its import path); None: such a turn ends the episode")
-    meta: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict, description="free-form: checker settings (tolerance, "
+                                                                   "required facts), provenance")
 
     # Checked when the task is made (not imported): a misspelt checker would otherwise surface only
     # when the first episode is scored, after its tool calls were paid for.

@@ -43,13 +43,13 @@ class EvalFileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     policies: list[PolicySpec] = Field(min_length=1, description="rows of the table, in order")
     tasks: str | None = Field(None, description="tasks JSONL; default the orchestra-mini test split")
-    suite_seed: int = 0
-    cards: str = "toolcards"
-    reward: str = "rewards/toolorchestra.yaml"
+    suite_seed: int = Field(0, description="which draw of the default suite, when `tasks` is not given")
+    cards: str = Field("toolcards", description="folder of tool cards (default: the shipped ones)")
+    reward: str = Field("rewards/toolorchestra.yaml", description="reward file scoring every policy alike")
     baselines: bool = Field(False, description="also the four fixed-routing baselines")
     tool_schema: Literal["full", "compact"] = Field("full", description="how tools are listed to local policies")
     judge: JudgeConfig | None = Field(None, description="grades the tasks whose checker is 'judge'")
-    out: str = "out/eval"
+    out: str = Field("out/eval", description="folder for the table, metrics and trajectories")
 
     @model_validator(mode="after")
     def _unique_names(self) -> EvalFileConfig:
