@@ -44,7 +44,7 @@ from orchlib.models import build_default_policy
 from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.tools import Toolbox
-from orchlib.train import GRPOConfig, SFTConfig, Trainer, golden_trajectories, sft_train
+from orchlib.train import GRPOConfig, SFTConfig, Trainer, VariantConfig, golden_trajectories, sft_train
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = ("accuracy", "thrifty")
@@ -91,9 +91,9 @@ def train_and_evaluate(cards, suite, args) -> dict:
     sft = sft_train(model, tok, gold, SFTConfig(seed=args.seed, epochs=args.sft_epochs, batch_size=8),
                     progress=False)
     config = GRPOConfig(seed=args.seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
-                        paired_profiles=PROFILES, rollout=rollout)
+                        rollout=rollout)
     trainer = Trainer((model, tok), suite.train, toolbox, Reward.load(REPO / "rewards" / "toolorchestra.yaml"),
-                      config)
+                      config, hooks=VariantConfig(paired_profiles=PROFILES).hooks())
     t = time.perf_counter()
     steps = trainer.run(args.steps, progress=False)
     grpo_s = time.perf_counter() - t

@@ -67,7 +67,7 @@ class DemoConfig(BaseModel):
     """Defaults finish in about five minutes on 2 CPU cores."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    seed: int = 0
+    seed: int = Field(0, description="seeds the suite, the policy's weights and every draw")
     size: str = Field("tiny", description="default policy size: tiny (~1.3 M) or small (~50 M)")
     steps: int = Field(80, ge=0, description="GRPO steps")
     n_train: int = Field(120, ge=4, description="train tasks (half arithmetic, half GSM8K)")
@@ -99,24 +99,24 @@ class DemoConfig(BaseModel):
     kl_coef: float = Field(0.03, ge=0, description="KL to the warm start. The update pushes tool names only, so "
                                                    "the KL alone keeps the format; with the exact KL, 0.1 and 0.05 "
                                                    "held seed 1's GSM8K choice back (22.1 / 29.4 points)")
-    kl_estimator: Literal["k3", "exact"] = Field("exact", description="GRPOConfig.kl_estimator: with k3 (at 0.1) "
+    kl_estimator: Literal["k3", "exact"] = Field("exact", description="VariantConfig.kl_estimator: with k3 (at 0.1) "
                                                  "seed 1 lost its format, 15 of 160 test runs without a well-formed "
                                                  "call: k3 sees only the sampled id, not mass moving to '</tool_call>'")
-    kl_tokens: Literal["all", "not_names"] = Field("not_names", description="GRPOConfig.kl_tokens: the KL holds "
+    kl_tokens: Literal["all", "not_names"] = Field("not_names", description="VariantConfig.kl_tokens: the KL holds "
                                                    "every id but the tool's name; on the name too, it held the "
                                                    "GSM8K choice back (0.1 on all ids: 5 points on seed 1)")
     lr_decay: bool = Field(True, description="GRPOConfig.decay_steps = steps: the lr falls linearly to 0; at a "
                                              "constant lr one run lost its profile gap in the last 10 steps")
-    policy_tokens: Literal["all", "tool_names"] = Field("tool_names", description="GRPOConfig.policy_tokens: "
+    policy_tokens: Literal["all", "tool_names"] = Field("tool_names", description="VariantConfig.policy_tokens: "
                                                         "the update pushes the tool names only; the warm start "
                                                         "taught the rest")
-    preference_contrast: float = Field(1.0, ge=0, le=1, description="GRPOConfig.preference_contrast: the update "
+    preference_contrast: float = Field(1.0, ge=0, le=1, description="VariantConfig.preference_contrast: the update "
                                        "learns how the profiles differ; below 1 the shared part swamped P")
-    choice_gradient: Literal["sampled", "expected"] = Field("expected", description="GRPOConfig.choice_gradient: "
+    choice_gradient: Literal["sampled", "expected"] = Field("expected", description="VariantConfig.choice_gradient: "
                                                             "at the tool's name, the expectation over the tools a "
                                                             "group tried instead of the one sampled; sampled, the "
                                                             "draw's noise moved both profiles' choice at random")
-    balance_categories: bool = Field(True, description="GRPOConfig.balance_categories: each step's tasks drawn "
+    balance_categories: bool = Field(True, description="VariantConfig.balance_categories: each step's tasks drawn "
                                                        "evenly from arithmetic and GSM8K; drawn at random, some "
                                                        "steps held one category only, and the policy read P on "
                                                        "one category alone (seed 2: 5 points on GSM8K)")
@@ -124,9 +124,9 @@ class DemoConfig(BaseModel):
                                                     "advantages; with std scaling a rare error in a group that "
                                                     "nearly agrees became -2.6 and turned the contrast around")
     tasks_per_step: int = Field(4, ge=1, description="each drawn under both profiles: 8 groups per step")
-    group_size: int = Field(8, ge=2)
+    group_size: int = Field(8, ge=2, description="rollouts per task and profile (a GRPO group)")
     eval_samples: int = Field(2, ge=1, description="sampled runs per test task and profile")
-    out: str = "out/demo"
+    out: str = Field("out/demo", description="folder for report.html, metrics.json, trajectories.jsonl")
 
 
 @dataclass
@@ -334,9 +334,19 @@ def choice_gap(model, tokenizer, tasks: list[Task], toolbox, config: RolloutConf
     return 100 * sum(gaps) / len(gaps) if gaps else float("nan")
 
 
-# DemoConfig's fields that GRPOConfig has under the same name and meaning
-_GRPO_FIELDS = ("seed", "learning_rate", "kl_coef", "kl_estimator", "kl_tokens", "tasks_per_step", "group_size",
-                "policy_tokens", "preference_contrast", "advantage_scale", "choice_gradient", "balance_categories")
+def _grpo_settings(config: DemoConfig):
+    """The demo's GRPOConfig (the paper's knobs) and VariantConfig (the experimental ones it uses)."""
+    from orchlib.train import GRPOConfig, VariantConfig
+
+    grpo = GRPOConfig(seed=config.seed, learning_rate=config.learning_rate, kl_coef=config.kl_coef,
+                      tasks_per_step=config.tasks_per_step, group_size=config.group_size,
+                      advantage_scale=config.advantage_scale, rollout=DEMO_ROLLOUT,
+                      decay_steps=config.steps if config.lr_decay and config.steps else None)
+    variants = VariantConfig(paired_profiles=DEMO_PROFILES, balance_categories=config.balance_categories,
+                             preference_contrast=config.preference_contrast, policy_tokens=config.policy_tokens,
+                             kl_tokens=config.kl_tokens, kl_estimator=config.kl_estimator,
+                             choice_gradient=config.choice_gradient)
+    return grpo, variants
 
 
 def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoResult:
@@ -346,7 +356,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     from orchlib.engines import TransformersEngine
     from orchlib.models import build_default_policy
     from orchlib.reward import Reward
-    from orchlib.train import GRPOConfig, SFTConfig, Trainer, golden_trajectories, sft_train
+    from orchlib.train import SFTConfig, Trainer, golden_trajectories, sft_train
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -397,9 +407,9 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["eval_before"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    grpo = GRPOConfig(**config.model_dump(include=set(_GRPO_FIELDS)), paired_profiles=DEMO_PROFILES,
-                      rollout=DEMO_ROLLOUT, decay_steps=config.steps if config.lr_decay and config.steps else None)
-    trainer = Trainer((model, tok), train, toolbox, reward, grpo, policy_source=f"default-{config.size}")
+    grpo, variants = _grpo_settings(config)
+    trainer = Trainer((model, tok), train, toolbox, reward, grpo, hooks=variants.hooks(),
+                      policy_source=f"default-{config.size}")
     _train(trainer, train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t
 

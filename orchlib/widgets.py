@@ -96,6 +96,14 @@ def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- trainer panel
+def _paired_profiles(trainer) -> tuple[str, ...]:
+    """The profiles the trainer's sampler repeats each task under (it then sets P itself), else ()."""
+    from orchlib.train.variants import PairedProfiles  # here: a panel without a trainer needs no torch
+
+    sampler = trainer.hooks.sampler
+    return sampler.profiles if isinstance(sampler, PairedProfiles) else ()
+
+
 class TrainerPanel(widgets.VBox):
     """Drive a `Trainer` from a notebook: Step, Run N and Pause; reward and tool-mix charts redrawn
     after every step; a browser over the last steps' trajectories; preference sliders.
@@ -104,7 +112,8 @@ class TrainerPanel(widgets.VBox):
     the tasks it was given, each carrying the sliders' P (`task.model_copy(update={"preference": P})`),
     since the trainer draws each step's tasks from `trainer.tasks`. A step already running keeps its
     P. "Tasks' own P" puts the original tasks back. The same is `panel.set_preference(P or None)`.
-    With `GRPOConfig.paired_profiles` the trainer sets P itself, so the sliders are disabled.
+    With paired profiles (`VariantConfig.paired_profiles`) the trainer sets P itself, so the sliders are
+    disabled.
 
     `background=False` runs steps in the calling thread (scripts, tests); by default they run in a
     background thread (see the module docstring) and `wait()` blocks until the run ends.
@@ -160,7 +169,7 @@ class TrainerPanel(widgets.VBox):
         self.rollout_picker.observe(self._on_rollout_picked, names="value")
         for s in self.sliders.values():
             s.observe(self._on_slider, names="value")
-        if trainer.config.paired_profiles:
+        if _paired_profiles(trainer):
             for s in self.sliders.values():
                 s.disabled = True
             self.own_p_button.disabled = True
@@ -357,8 +366,8 @@ class TrainerPanel(widgets.VBox):
             self.set_preference(self.slider_preference())
 
     def _show_preference(self) -> None:
-        if self.trainer.config.paired_profiles:
-            text = f"set by the trainer: paired profiles {', '.join(self.trainer.config.paired_profiles)}"
+        if _paired_profiles(self.trainer):
+            text = f"set by the trainer: paired profiles {', '.join(_paired_profiles(self.trainer))}"
         elif self.preference is None:
             text = "each task's own P"
         else:

@@ -1,4 +1,4 @@
-"""GRPO loss functions against values computed by hand."""
+"""GRPO loss functions (the paper's, and the variants') against values computed by hand."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import math
 
 import torch
 
-from orchlib.train.loss import (clipped_surrogate, expected_choice, group_advantages, grpo_loss, high_entropy_mask,
-                                keep_groups, kl_exact, kl_k3, masked_mean, preference_contrast, token_logprobs,
-                                tool_values)
+from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, keep_groups, kl_k3, masked_mean,
+                                token_logprobs)
+from orchlib.train.variants import (expected_choice, high_entropy_mask, kl_exact, masked_grpo_loss,
+                                    preference_contrast, tool_values)
 
 
 def test_token_logprobs_by_hand():
@@ -66,14 +67,13 @@ def test_kl_exact_by_hand_and_against_torch():
     assert torch.allclose(kl_exact(lp, lp), torch.zeros(2, 3), atol=1e-6)
 
 
-def test_grpo_loss_uses_a_given_per_token_kl():
+def test_masked_grpo_loss_uses_a_given_per_token_kl():
     logp = torch.log(torch.tensor([[0.5, 0.5]]))
     mask, zero = torch.ones(1, 2), torch.zeros(1)
     per_token = torch.tensor([[0.2, 0.4]])
-    loss, stats = grpo_loss(logp, logp, zero, mask, None, kl_coef=0.5, kl_per_token=per_token)
+    loss, stats = masked_grpo_loss(logp, logp, zero, mask, per_token, kl_coef=0.5)
     assert math.isclose(loss.item(), 0.5 * 0.3, rel_tol=1e-6) and math.isclose(stats["kl"].item(), 0.3, rel_tol=1e-6)
-    held, _ = grpo_loss(logp, logp, zero, mask, None, kl_coef=0.5, kl_per_token=per_token,
-                        kl_mask=torch.tensor([[1.0, 0.0]]))
+    held, _ = masked_grpo_loss(logp, logp, zero, mask, per_token, kl_coef=0.5, kl_mask=torch.tensor([[1.0, 0.0]]))
     assert math.isclose(held.item(), 0.5 * 0.2 / 2, rel_tol=1e-6)  # still averaged over both masked tokens
 
 
@@ -121,7 +121,8 @@ def test_pg_mask_restricts_the_surrogate_but_not_the_kl_or_the_average():
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5]]))
     ref = torch.log(torch.tensor([[0.25, 0.25, 0.5]]))
     mask, pg = torch.ones(1, 3), torch.tensor([[0.0, 1.0, 0.0]])
-    loss, stats = grpo_loss(logp, logp.clone(), torch.tensor([2.0]), mask, ref, kl_coef=0.1, pg_mask=pg)
+    loss, stats = masked_grpo_loss(logp, logp.clone(), torch.tensor([2.0]), mask, kl_k3(logp, ref), kl_coef=0.1,
+                                   pg_mask=pg)
     kl = (0.5 + math.log(2) - 1) / 3  # only the first token differs from the reference
     assert math.isclose(loss.item(), -2.0 / 3 + 0.1 * kl, rel_tol=1e-5)
     assert math.isclose(stats["kl"].item(), kl, rel_tol=1e-5)
@@ -132,13 +133,13 @@ def test_kl_mask_restricts_the_kl_term_but_not_its_logged_value_or_the_average()
     ref = torch.log(torch.tensor([[0.25, 0.125, 0.5]]))
     mask = torch.ones(1, 3)
     k1, k2 = 0.5 + math.log(2) - 1, 0.5 + math.log(2) - 1  # ref/p = 1/2 at the first two tokens
-    loss, stats = grpo_loss(logp, logp.clone(), torch.tensor([0.0]), mask, ref, kl_coef=0.1,
-                            kl_mask=torch.tensor([[0.0, 1.0, 1.0]]))  # the first token (a name) left out
+    loss, stats = masked_grpo_loss(logp, logp.clone(), torch.tensor([0.0]), mask, kl_k3(logp, ref), kl_coef=0.1,
+                                   kl_mask=torch.tensor([[0.0, 1.0, 1.0]]))  # the first token (a name) left out
     assert math.isclose(loss.item(), 0.1 * k2 / 3, rel_tol=1e-5)
     assert math.isclose(stats["kl"].item(), (k1 + k2) / 3, rel_tol=1e-5)
     logp.requires_grad_(True)
-    loss, _ = grpo_loss(logp, logp.detach(), torch.tensor([0.0]), mask, ref, kl_coef=0.1,
-                        kl_mask=torch.tensor([[0.0, 1.0, 1.0]]))
+    loss, _ = masked_grpo_loss(logp, logp.detach(), torch.tensor([0.0]), mask, kl_k3(logp, ref), kl_coef=0.1,
+                               kl_mask=torch.tensor([[0.0, 1.0, 1.0]]))
     loss.backward()
     assert logp.grad[0, 0] == 0 and logp.grad[0, 1] != 0
 
@@ -191,7 +192,21 @@ def test_expected_choice_has_the_expected_sampled_gradient():
 def test_choice_loss_replaces_the_surrogate_where_pg_mask_leaves_it_out():
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5]]))
     choice = torch.tensor([[-0.3, 0.0, 0.0]])
-    loss, _ = grpo_loss(logp, logp.clone(), torch.tensor([2.0]), torch.ones(1, 3),
-                        pg_mask=torch.tensor([[0.0, 1.0, 1.0]]),
-                        choice_loss=choice)
+    loss, _ = masked_grpo_loss(logp, logp.clone(), torch.tensor([2.0]), torch.ones(1, 3),
+                               pg_mask=torch.tensor([[0.0, 1.0, 1.0]]), choice_loss=choice)
     assert math.isclose(loss.item(), (-0.3 - 2.0 - 2.0) / 3, rel_tol=1e-6)
+
+
+def test_masked_grpo_loss_without_its_parts_is_grpo_loss():
+    # the variants' loss with nothing left out and the k3 KL is the paper's objective, value and gradient
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.5], [0.125, 0.5, 0.25]])).requires_grad_(True)
+    old = torch.log(torch.tensor([[0.4, 0.25, 0.6], [0.125, 0.45, 0.25]]))
+    ref = torch.log(torch.tensor([[0.25, 0.25, 0.5], [0.25, 0.5, 0.125]]))
+    adv, mask = torch.tensor([1.5, -0.5]), torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    for level in ("token", "sequence"):
+        want, ws = grpo_loss(logp, old, adv, mask, ref, kl_coef=0.2, level=level)
+        (want_grad,) = torch.autograd.grad(want, logp)
+        got, gs = masked_grpo_loss(logp, old, adv, mask, kl_k3(logp, ref), kl_coef=0.2, level=level)
+        (got_grad,) = torch.autograd.grad(got, logp)
+        assert torch.allclose(got, want) and torch.allclose(got_grad, want_grad)
+        assert set(gs) == set(ws) == {"clip_frac", "kl"} and all(torch.allclose(gs[k], ws[k]) for k in gs)

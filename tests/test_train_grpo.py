@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from conftest import TOY_ROLLOUT
@@ -11,8 +13,11 @@ from orchlib.models import load_policy
 from orchlib.reward import Reward
 from orchlib.chat import TOOL_CALL
 from orchlib.rollout import RolloutConfig, rollout
-from orchlib.train import GRPOConfig, LoraSettings, Trainer, golden_trajectories, lr_factor
+from orchlib.train import GRPOConfig, LoraSettings, Trainer, VariantConfig, golden_trajectories, lr_factor
 from orchlib.train.loss import token_logprobs
+from orchlib.train.variants import balanced_draw
+
+PAIRED = VariantConfig(paired_profiles=("accuracy", "thrifty"))
 
 
 def test_golden_trajectories_sample_both_tools_and_sft_learns_the_format(toy_warm):
@@ -38,13 +43,16 @@ def _mean(reports, key):
     return sum(r.metrics.get(key, 0.0) for r in reports) / len(reports)
 
 
-def _update_grads(trainer, trajs, adv, choices=None) -> dict[str, torch.Tensor]:
+def _update_grads(trainer, trajs, adv, group_size) -> dict[str, torch.Tensor]:
     """The gradient `trainer._update` computes, per parameter, read just before its optimiser step
-    (which is then skipped)."""
+    (which is then skipped); the token loss prepared over groups of `group_size`, as a step does."""
     grads = {}
     trainer.optimizer.step = lambda *a, **k: grads.update(
         {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
-    trainer._update(trajs, adv, choices)
+    cut = range(0, len(trajs), group_size)
+    extra = trainer.hooks.token_loss.prepare([trajs[i:i + group_size] for i in cut],
+                                             [adv[i:i + group_size] for i in cut], trainer.tokenizer)
+    trainer._update(trajs, adv, extra)
     return grads
 
 
@@ -109,10 +117,9 @@ def test_a_task_without_p_is_rewarded_under_the_p_its_prompt_shows(toy_warm):
 
 def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm):
     # independent count: a group is kept when its rewards are not all equal (min_reward_spread default)
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3,
-                     paired_profiles=("accuracy", "thrifty"))
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.load("rewards/toolorchestra.yaml"), cfg)
+                      Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=PAIRED.hooks())
     G, seen = cfg.group_size, {"accuracy": 0, "thrifty": 0}
     for report in trainer.run(3, progress=False):
         want = {"accuracy": 0, "thrifty": 0}
@@ -129,10 +136,9 @@ def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm
 
 def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_called_it(toy_warm):
     # recomputed from the report's own rollouts: a group whose rewards are all equal pushes nothing
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3,
-                     paired_profiles=("accuracy", "thrifty"))
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.load("rewards/toolorchestra.yaml"), cfg)
+                      Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=PAIRED.hooks())
     G, compared = cfg.group_size, 0
     for report in trainer.run(3, progress=False):
         sums, counts = {}, {}
@@ -169,13 +175,13 @@ def _name_spans(traj, tok) -> list[range]:
 def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_warm):
     # independent loss: -sum_i A_i * sum(log p of the ids spelling the called tool's name) / all sampled ids,
     # the name ids found by matching the tool name's own ids after the call's opening
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9,
-                     policy_tokens="tool_names")
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+                      hooks=VariantConfig(policy_tokens="tool_names").hooks())
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5]
-    grads = _update_grads(trainer, trajs, adv)
+    grads = _update_grads(trainer, trajs, adv, 3)
 
     check = load_policy(toy_warm[0])[0].train()
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
@@ -195,10 +201,10 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
 def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_warm):
     # advantages recomputed from the report's rewards and first calls; a task's two groups are
     # both in the update or both out, so a flat group still carries the other profile's contrast.
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3,
-                     paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0)
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3)
+    variants = VariantConfig(paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.load("rewards/toolorchestra.yaml"), cfg)
+                      Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=variants.hooks())
     G, moved = cfg.group_size, 0
     for report in trainer.run(3, progress=False):
         groups = [list(range(i, i + G)) for i in range(0, len(report.rewards), G)]
@@ -223,9 +229,11 @@ def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_wa
     assert moved > 0  # some shared parts were really taken out
 
 
-def test_preference_contrast_needs_paired_profiles():
+def test_preference_contrast_needs_paired_profiles_of_known_names():
     with pytest.raises(ValueError, match="paired_profiles"):
-        GRPOConfig(preference_contrast=1.0, paired_profiles=("accuracy",))
+        VariantConfig(preference_contrast=1.0, paired_profiles=("accuracy",))
+    with pytest.raises(ValueError, match="unknown profile 'frugal'"):
+        VariantConfig(paired_profiles=("accuracy", "frugal"))
 
 
 def test_lr_factor_warms_up_then_decays_linearly_to_zero():
@@ -253,10 +261,10 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     # zero advantages: the gradient is the KL term's alone. Independent loss: kl_coef * sum over the sampled
     # ids that do not spell a called tool's name / all sampled ids, against the unperturbed warm start, of
     # k3 at the sampled id, or of the KL over the whole vocabulary (torch's kl_div) at that position
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.5, seed=3, max_grad_norm=1e9,
-                     kl_tokens="not_names", kl_estimator=estimator)
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.5, seed=3, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+                      hooks=VariantConfig(kl_tokens="not_names", kl_estimator=estimator).hooks())
     # sampled before the move: the moved policy need not keep the call format, and names are the point here
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
     gen = torch.Generator().manual_seed(0)
@@ -264,7 +272,7 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    grads = _update_grads(trainer, trajs, [0.0] * len(trajs))
+    grads = _update_grads(trainer, trajs, [0.0] * len(trajs), 3)
 
     check, ref = load_policy(toy_warm[0])[0].train(), load_policy(toy_warm[0])[0].eval()
     with torch.no_grad():
@@ -299,15 +307,15 @@ def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choic
     # independent loss: at the first id of each rollout's first call name, -sum_t p(t) * v(t), v(t) the
     # mean advantage of its group's rollouts that called t first and p(t) the softmax at that position
     # of tool t's own first id; every other name id keeps -A * log p; all over the sampled ids
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9,
-                     policy_tokens="tool_names", choice_gradient="expected")
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+                      hooks=VariantConfig(policy_tokens="tool_names", choice_gradient="expected").hooks())
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=4)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5, -0.75, 0.3]
     groups = [(trajs[:4], adv[:4]), (trajs[4:], adv[4:])]
-    choices = [c for g, a in groups for c in trainer._choices(g, a, trainer._name_masks(g))]
-    grads = _update_grads(trainer, trajs, adv, choices)
+    choices = [c for _, c in trainer.hooks.token_loss.prepare([g for g, _ in groups], [a for _, a in groups], tok)]
+    grads = _update_grads(trainer, trajs, adv, 4)
 
     check = load_policy(toy_warm[0])[0].train()
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
@@ -334,16 +342,41 @@ def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choic
     _assert_grads_match(grads, check)
 
 
-def test_balance_categories_draws_every_category_evenly_each_step(toy_warm):
+def test_balance_categories_draws_every_category_evenly_each_step():
     tasks = [t.model_copy(update={"id": f"{t.id}-{i}", "category": c}) for i, t in enumerate(toy_tasks(12))
              for c in ["a" if i < 9 else "b"]]  # 9 of one category, 3 of the other
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), tasks_per_step=5, balance_categories=True, seed=1)
-    reward = Reward.from_string("name: a\nreward: outcome")
-    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), reward, cfg)
+    assert VariantConfig(balance_categories=True).hooks().sampler is balanced_draw
+    rng = random.Random(1)
     for _ in range(20):
-        drawn = trainer._draw_tasks()
-        cats = sorted(t.category for t in drawn)
-        assert len({t.id for t in drawn}) == 5 and cats.count("a") >= 2 and cats.count("b") >= 2
-    plain = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), Reward.from_string("name: a\nreward: outcome"),
-                    cfg.model_copy(update={"balance_categories": False}))
-    assert any(sum(t.category == "b" for t in plain._draw_tasks()) < 2 for _ in range(20))  # a plain draw is not
+        bundles = balanced_draw(rng, tasks, 5)
+        assert all(len(b) == 1 for b in bundles)
+        cats = sorted(b[0].category for b in bundles)
+        assert len({b[0].id for b in bundles}) == 5 and cats.count("a") >= 2 and cats.count("b") >= 2
+    plain = VariantConfig().hooks().sampler
+    assert any(sum(b[0].category == "b" for b in plain(rng, tasks, 5)) < 2 for _ in range(20))  # a plain draw is not
+
+
+def test_paired_profiles_bundle_each_drawn_task_under_every_profile():
+    tasks = toy_tasks(6)
+    plain, paired = VariantConfig().hooks().sampler, PAIRED.hooks().sampler
+    bundles = paired(random.Random(4), tasks, 3)
+    drawn = [b[0] for b in plain(random.Random(4), tasks, 3)]  # the same draw: pairing takes no randomness
+    assert [[t.id for t in b] for b in bundles] == [[t.id, t.id] for t in drawn]
+    assert [[t.preference.name for t in b] for b in bundles] == [["accuracy", "thrifty"]] * 3
+
+
+def test_variants_off_are_the_papers_hooks_and_a_checkpoint_names_its_own(toy_warm, tmp_path):
+    from orchlib.train.hooks import Hooks, PaperLoss, keep_advantages, uniform_draw
+
+    off = VariantConfig().hooks()
+    assert off.sampler is uniform_draw and off.advantage is keep_advantages and isinstance(off.token_loss, PaperLoss)
+    assert off.record == {} == Hooks().record
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0, tasks_per_step=1, group_size=2)
+    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                      Reward.from_string("name: a\nreward: outcome"), cfg, hooks=PAIRED.hooks())
+    trainer.save(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="trained with hooks .*paired_profiles"):
+        Trainer.resume(tmp_path / "ckpt", toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"))
+    again = Trainer.resume(tmp_path / "ckpt", toy_tasks(), toy_toolbox(),
+                           Reward.from_string("name: a\nreward: outcome"), hooks=PAIRED.hooks())
+    assert again.hooks.record == {"variants": {"paired_profiles": ["accuracy", "thrifty"]}}

@@ -16,7 +16,7 @@ from orchlib.models import load_policy
 from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Preference
-from orchlib.train import GRPOConfig, Trainer
+from orchlib.train import GRPOConfig, Trainer, VariantConfig
 from orchlib.widgets import RewardPlayground, ToolCardEditor, TrainerPanel, sample_group, trajectory_html
 
 PLOTLY = "application/vnd.plotly.v1+json"
@@ -134,9 +134,10 @@ def test_a_failing_step_is_shown_not_swallowed(trainer):
 
 def test_paired_profiles_disable_the_sliders(tiny_policy, policy_cache):
     model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))
-    cfg = GRPOConfig(tasks_per_step=1, group_size=2, paired_profiles=("accuracy", "thrifty"),
-                     rollout=RolloutConfig(**TOY_ROLLOUT))
-    panel = TrainerPanel(Trainer((model, tok), toy_tasks(2), toy_toolbox(), Reward.from_string("outcome"), cfg))
+    cfg = GRPOConfig(tasks_per_step=1, group_size=2, rollout=RolloutConfig(**TOY_ROLLOUT))
+    paired = VariantConfig(paired_profiles=("accuracy", "thrifty")).hooks()
+    panel = TrainerPanel(Trainer((model, tok), toy_tasks(2), toy_toolbox(), Reward.from_string("outcome"), cfg,
+                                 hooks=paired))
     assert all(s.disabled for s in panel.sliders.values()) and "paired profiles" in panel.preference_label.value
 
 

@@ -1,7 +1,11 @@
-"""Training: the GRPO loss (pure functions), the GRPO and SFT loops, atomic checkpoints."""
+"""Training: the GRPO loss (pure functions), the GRPO and SFT loops, their extension points and the
+experimental variants that use them, atomic checkpoints."""
 
-from orchlib.train.grpo import GRPOConfig, LoraSettings, StepReport, Trainer, lr_factor
+from orchlib.train.config import GRPOConfig, LoraSettings
+from orchlib.train.grpo import StepReport, Trainer, lr_factor
+from orchlib.train.hooks import Hooks
 from orchlib.train.sft import SFTConfig, SFTExample, SFTReport, golden_trajectories, sft_train
+from orchlib.train.variants import VariantConfig
 
-__all__ = ["GRPOConfig", "LoraSettings", "SFTConfig", "SFTReport", "StepReport", "Trainer",
-           "SFTExample", "golden_trajectories", "lr_factor", "sft_train"]
+__all__ = ["GRPOConfig", "Hooks", "LoraSettings", "SFTConfig", "SFTReport", "StepReport", "Trainer",
+           "SFTExample", "VariantConfig", "golden_trajectories", "lr_factor", "sft_train"]

@@ -1,20 +1,24 @@
-"""GRPO for orchestrators, one step at a time, on Accelerate (+ optional PEFT LoRA).
+"""GRPO for orchestrators (ToolOrchestra, arXiv 2511.21689), one step at a time, on Accelerate (+ PEFT LoRA).
 
     trainer = Trainer(policy, tasks, tools, reward, GRPOConfig())
-    report = trainer.step()      # rollout → reward → advantages → update; returns what happened
+    report = trainer.step()      # draw tasks → rollout → rewards → advantages → update → metrics
     trainer.run(50)              # a loop over step() with a progress bar
     trainer.save("ckpt"); Trainer.resume("ckpt", tasks, tools, reward)
 
-Multi-process: `accelerate launch --multi_gpu --num_processes 2 script.py` (on a machine without GPUs
-this starts 2 CPU processes with gloo). Every process
-draws the same tasks for a step and rolls out its own share of them; groups never straddle processes,
-so advantages are computed locally and DDP averages the gradients.
+Run on several GPUs (or, on a machine without them, several CPU processes with gloo):
 
-Where this departs from ToolOrchestra (arXiv 2511.21689): laptop defaults (lr 5e-4 for a ~1 M-parameter
-policy instead of 1e-6 for 8 B; 4 tasks × 8 rollouts per step instead of 16 × 8), one optimiser
-step per batch of rollouts (so the ratio starts at 1 and clipping guards only numerical drift), and
-a k3 KL term to the starting policy (coefficient 0.05) that kept small policies from collapsing onto
-one tool before they learn to read P.
+    accelerate launch --multi_gpu --num_processes 2 script.py
+
+Every process draws the same tasks for a step and rolls out its own share of them (whole bundles: a
+task's groups never straddle processes), so advantages are computed locally and DDP averages the
+gradients. Experimental objectives and samplers plug in through `hooks=` (see `train/hooks.py` and
+`train/variants.py`); this loop never looks at which ones.
+
+Where this departs from the paper: laptop defaults (lr 5e-4 for a ~1 M-parameter policy instead of 1e-6
+for 8B; 4 tasks × 8 rollouts per step instead of 16 × 8), one optimiser step per batch of rollouts (so
+the ratio starts at 1 and clipping guards only numerical drift), and a k3 KL term to the starting
+policy (coefficient 0.05) that kept small policies from collapsing onto one tool before they learn to
+read P. GRPOConfig's field descriptions give each default's reason.
 """
 
 from __future__ import annotations
@@ -29,98 +33,21 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from orchlib.chat import call_name_mask
 from orchlib.engines.transformers import TransformersEngine
-from orchlib.rollout import RolloutConfig, rollout, shown_preference
+from orchlib.rollout import rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
-from orchlib.train.loss import (expected_choice, group_advantages, grpo_loss, high_entropy_mask, keep_groups,
-                                kl_exact, preference_contrast, tool_values)
+from orchlib.train.config import GRPOConfig, LoraSettings
+from orchlib.train.hooks import Hooks, MicroBatch
+from orchlib.train.loss import group_advantages, keep_groups
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor"]
-
-
-class LoraSettings(BaseModel):
-    """PEFT LoRA; with it the KL reference is the same model with the adapter disabled (no copy)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    r: int = Field(8, ge=1, description="rank; 8 is PEFT's common default")
-    alpha: int = Field(16, ge=1, description="scale alpha/r = 2, the usual choice")
-    dropout: float = Field(0.0, ge=0, lt=1, description="0 keeps rollout and update log-probs identical")
-    target_modules: str | list[str] = Field("all-linear", description="every linear layer but the head")
-
-
-class GRPOConfig(BaseModel):
-    """Every knob of a GRPO run. Defaults: one step of the tiny policy on 2 CPU cores in seconds."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    seed: int = 0
-    learning_rate: float = Field(5e-4, gt=0, description="tiny policy; the paper's 8B run used 1e-6")
-    tasks_per_step: int = Field(4, ge=1, description="the paper: 16 tasks per batch")
-    group_size: int = Field(8, ge=2, description="rollouts per task; the paper: 8")
-    balance_categories: bool = Field(False, description="draw each step's tasks evenly from every task category "
-                                     "(the rest at random): a step's update then sees every kind of task, not a "
-                                     "draw that happens to hold one")
-    paired_profiles: tuple[str, ...] = Field((), description="repeat each drawn task under each of these "
-                                             "preference profiles (contrast in one batch speeds up learning P)")
-    micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward")
-    clip_low: float = Field(0.2, ge=0, description="ε_low, as in the ToolOrchestra release")
-    clip_high: float = Field(0.28, ge=0, description="ε_high (clip-higher), as in the release")
-    kl_coef: float = Field(0.05, ge=0, description="k3 KL to the starting policy; 0 disables it")
-    advantage_scale: Literal["std", "none"] = Field("std", description="'none' = Dr. GRPO mean-only")
-    loss_level: Literal["token", "sequence"] = Field("token", description="how token losses are averaged")
-    policy_tokens: Literal["all", "tool_names"] = Field(
-        "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
-                           "a called tool (the routing choice; the warm start taught the rest); where the KL "
-                           "term acts is kl_tokens")
-    kl_estimator: Literal["k3", "exact"] = Field(
-        "k3", description="k3: the k3 estimate at each sampled id (as in the ToolOrchestra release); exact: the "
-                          "KL over the whole vocabulary at each position (loss.kl_exact), which also holds the "
-                          "mass of ids no rollout sampled; costs one more [B, T, V] tensor")
-    kl_tokens: Literal["all", "not_names"] = Field(
-        "all", description="where the KL term acts: every sampled id, or every id but those naming a called tool "
-                           "(with policy_tokens='tool_names': the choice moves freely, the rest is held to the "
-                           "starting policy)")
-    choice_gradient: Literal["sampled", "expected"] = Field(
-        "sampled", description="the policy-gradient term at the id naming the first call's tool: the sampled "
-                               "-A grad log pi(a), or its exact expectation over the tools the group tried, "
-                               "-sum_t pi(t) A(t) with A(t) the mean advantage of the group's rollouts that "
-                               "called t first (loss.expected_choice). Same direction on average; without "
-                               "the noise of the draw, which otherwise moves every profile's choice at random")
-    top_entropy_quantile: float = Field(1.0, gt=0, le=1, description="rho: the policy-gradient term acts on "
-                                        "the top rho share of each micro-batch's tokens by entropy (Wang et al., "
-                                        "arXiv 2506.01939, use 0.2); the KL term on all. 1 keeps every token")
-    preference_contrast: float = Field(0.0, ge=0, le=1, description="with paired_profiles: the share of each "
-                                       "rollout's advantage that every profile shares for the tool it called first "
-                                       "on that task, taken out (loss.preference_contrast); 1 leaves only how the "
-                                       "profiles differ. A task's groups are kept or left out together")
-    min_reward_spread: float | None = Field(1e-6, ge=0, description="groups whose reward std is at most this "
-                                            "are left out of the update (the paper's filter); None keeps all")
-    max_grad_norm: float = Field(1.0, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0)
-    decay_steps: int | None = Field(None, ge=1, description="after warm-up the lr falls linearly to 0 over this "
-                                    "many steps (TRL's default shape); None keeps it constant")
-    lora: LoraSettings | None = Field(None, description="None = full fine-tuning")
-    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 where the "
-                                                                   "GPU has it, else fp32")
-    log_with: str | None = Field(None, description="an Accelerate tracker: 'tensorboard', 'wandb', …")
-    project_dir: str | None = Field(None, description="where trackers write (tensorboard needs it)")
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-
-    @model_validator(mode="after")
-    def _contrast_needs_pairs(self) -> GRPOConfig:
-        if self.preference_contrast and len(self.paired_profiles) < 2:
-            raise ValueError("preference_contrast compares one task's groups under several profiles: "
-                             "it needs paired_profiles with at least two profiles")
-        return self
 
 
 @dataclass
@@ -142,11 +69,6 @@ def lr_factor(step: int, warmup: int, decay: int | None) -> float:
     if decay is None:
         return 1.0
     return max(0.0, 1.0 - (step - warmup) / decay)
-
-
-def _first_tool(traj: Trajectory) -> str | None:
-    """The tool a rollout called first (None when it called none)."""
-    return next((c.name for turn in traj.turns for c in turn.calls), None)
 
 
 def _resolve_policy(policy) -> tuple[Any, Any, str]:
@@ -180,12 +102,15 @@ def _resolve_reward(reward):
 
 class Trainer:
     def __init__(self, policy, tasks: Sequence[Task], tools, reward, config: GRPOConfig = GRPOConfig(),
-                 *, policy_source: str | None = None):
+                 *, hooks: Hooks | None = None, policy_source: str | None = None):
+        """`policy`: 'tiny' / 'small', a Hugging Face id or folder, or a (model, tokenizer) pair. `hooks`:
+        the sampler, advantage transform and token loss (default: the paper's, `Hooks()`)."""
         from accelerate.utils import set_seed
 
         from orchlib.train.accel import make_accelerator
 
         self.config = config
+        self.hooks = hooks if hooks is not None else Hooks()
         set_seed(config.seed)
         model, self.tokenizer, source = _resolve_policy(policy)
         self.policy_source = policy_source or source
@@ -221,57 +146,40 @@ class Trainer:
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         if config.log_with:
-            acc.init_trackers("orchlib", config=_flat(config.model_dump(mode="json")))
+            acc.init_trackers("orchlib", config=_flat({**config.model_dump(mode="json"), **self.hooks.record}))
 
     # ------------------------------------------------------------------ one step
-    def _draw_tasks(self) -> list[Task]:
-        k = min(self.config.tasks_per_step, len(self.tasks))
-        if self.config.balance_categories:
-            drawn = _balanced_draw(self.rng, self.tasks, k)
-        else:
-            drawn = self.rng.sample(self.tasks, k)
-        if self.config.paired_profiles:
-            from orchlib.tasks import PROFILES
-
-            drawn = [t.model_copy(update={"preference": PROFILES[p]}) for t in drawn
-                     for p in self.config.paired_profiles]
-        return drawn
-
     def step(self) -> StepReport:
-        acc, cfg, G = self.accelerator, self.config, self.config.group_size
+        """One GRPO step: draw tasks → rollout → rewards → advantages → update → metrics."""
+        acc, cfg, G, hooks = self.accelerator, self.config, self.config.group_size, self.hooks
         t0 = time.perf_counter()
-        tasks = self._draw_tasks()
-        local = tasks[acc.process_index::acc.num_processes]
+        # draw tasks: every process draws the same bundles and rolls out its share, whole bundles at a time
+        bundles = hooks.sampler(self.rng, self.tasks, min(cfg.tasks_per_step, len(self.tasks)))
+        local = [t for bundle in bundles[acc.process_index::acc.num_processes] for t in bundle]
+        # rollout: G trajectories per task, group after group
         trajs = rollout(local, self.toolbox, self.engine, cfg.rollout, group_size=G) if local else []
         self.engine.clear_prefix_cache()  # the update below makes the kept keys/values stale: free them now
         t1 = time.perf_counter()
         groups = [trajs[i * G:(i + 1) * G] for i in range(len(local))]
+        # rewards, under the P each task's prompt showed
         rewards = np.array([self.reward(g, P=shown_preference(t)) for g, t in zip(groups, local)], dtype=np.float64)
         rewards = rewards.reshape(len(local), G)
         terms = self._term_means(groups, local)
+        # advantages within each group; groups without reward spread are left out (the paper's filter)
         r = torch.tensor(rewards, dtype=torch.float32)
-        adv = group_advantages(r, cfg.advantage_scale) if len(local) else r
-        if cfg.min_reward_spread is None:
-            keep = torch.ones(len(local), dtype=torch.bool)
-        else:
-            keep = keep_groups(r, cfg.min_reward_spread) if len(local) else torch.zeros(0, dtype=torch.bool)
-        if cfg.preference_contrast and len(local):
-            # a group with no spread still carries the other profile's contrast: keep a task's groups together
-            ids = [t.id for t in local]
-            adv = preference_contrast(adv, ids, [[_first_tool(t) for t in g] for g in groups], cfg.preference_contrast)
-            kept = {i for i, k in zip(ids, keep.tolist()) if k}
-            keep = torch.tensor([i in kept for i in ids], dtype=torch.bool)
+        adv = group_advantages(r, cfg.advantage_scale) if len(local) else r  # no tasks here: no std to take
+        keep = torch.ones(len(local), dtype=torch.bool)
+        if cfg.min_reward_spread is not None and len(local):
+            keep = keep_groups(r, cfg.min_reward_spread)
+        adv, keep = hooks.advantage(adv, keep, local, groups)
         t2 = time.perf_counter()
+        # update: one optimiser step over the kept groups, on every process together
         lr = self.scheduler.get_last_lr()[0]  # the lr this step's update uses
         kept_groups = [(g, a) for g, a, k in zip(groups, adv.tolist(), keep.tolist()) if k]
-        kept = [t for g, _ in kept_groups for t in g]
-        names = self._name_masks(kept)  # found once: the expected push and the masks below share them
-        choices = None
-        if cfg.choice_gradient == "expected":
-            choices = [c for gi, (g, a) in enumerate(kept_groups)
-                       for c in self._choices(g, a, names[gi * G:(gi + 1) * G])]
-        upd = self._update(kept, [x for _, a in kept_groups for x in a], choices, names)
+        extra = hooks.token_loss.prepare([g for g, _ in kept_groups], [a for _, a in kept_groups], self.tokenizer)
+        upd = self._update([t for g, _ in kept_groups for t in g], [x for _, a in kept_groups for x in a], extra)
         t3 = time.perf_counter()
+        # metrics, over every process
         self.step_count += 1
         metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
         times = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0}
@@ -312,42 +220,10 @@ class Trainer:
             sums = _sum_dicts(_gather_dicts(dict(sums)))
         return {k: sums[k] / max(sums["_n/" + k], 1.0) for k in sums if not k.startswith("_n/")}
 
-    def _name_masks(self, trajs: list[Trajectory]) -> list[list[int]] | None:
-        """Each trajectory's chat.call_name_mask, where the config uses them (else None)."""
-        cfg = self.config
-        if cfg.choice_gradient == "sampled" and cfg.policy_tokens == "all" and cfg.kl_tokens == "all":
-            return None
-        return [call_name_mask(t.ids, t.mask, self.tokenizer) for t in trajs]
-
-    def _choices(self, group: list[Trajectory], adv: list[float],
-                 names: list[list[int]]) -> list[tuple[int, list[int], list[float]] | None]:
-        """Per rollout of one group: (position of the id naming its first call's tool, each tried tool's
-        id there, each one's value from `tool_values`), or None where the sampled term stays: no call,
-        a name that is not a tried tool's, or two tools whose names start with the same id.
-        `names`: the rollouts' name masks (`_name_masks`)."""
-        firsts = [_first_tool(t) for t in group]
-        values = tool_values(adv, firsts)
-        spots: list[tuple[int, int] | None] = []
-        name_ids: dict[str, int] = {}
-        for t, tool, mask in zip(group, firsts, names):
-            pos = next((i for i, m in enumerate(mask) if m), None)
-            ok = pos is not None and tool is not None and tool.startswith(self.tokenizer.decode([t.ids[pos]]))
-            spots.append((pos, t.ids[pos]) if ok else None)
-            if ok:
-                name_ids.setdefault(tool, t.ids[pos])
-        if len(set(name_ids.values())) < len(name_ids):
-            return [None] * len(group)
-        tools = [tool for tool in values if tool in name_ids]
-        ids, vals = [name_ids[tool] for tool in tools], [values[tool] for tool in tools]
-        return [(s[0], ids, vals) if s is not None and s[1] in ids else None for s in spots]
-
-    def _update(self, trajs: list[Trajectory], advantages: list[float], choices: list | None = None,
-                names: list[list[int]] | None = None) -> dict[str, float]:
+    def _update(self, trajs: list[Trajectory], advantages: list[float], extra: list[Any]) -> dict[str, float]:
         """One optimiser step over the kept trajectories (micro-batched); all processes take part.
-        `choices`: per trajectory, `_choices`' entry (choice_gradient="expected"), else None;
-        `names`: `_name_masks(trajs)` if already found."""
+        `extra`: `hooks.token_loss.prepare`'s entry for each trajectory."""
         acc, cfg = self.accelerator, self.config
-        names = names if names is not None else self._name_masks(trajs)
         n_tok = sum(sum(t.mask[1:]) for t in trajs)
         totals = acc.gather(torch.tensor([len(trajs), n_tok], device=acc.device).reshape(1, 2)).sum(0)
         if int(totals[0]) == 0:  # every group was filtered out, on every process: nothing to learn
@@ -361,9 +237,8 @@ class Trainer:
             last = bi == len(batches) - 1
             ctx = acc.no_sync(self.model) if not last else contextlib.nullcontext()
             with ctx:
-                loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx], denom,
-                                           [choices[i] for i in idx] if choices else None,
-                                           [names[i] for i in idx] if names is not None else None)
+                loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx],
+                                           [extra[i] for i in idx], denom)
                 acc.backward(loss)
             for k, v in s.items():
                 stats[k] += v
@@ -377,10 +252,9 @@ class Trainer:
         out["grad_norm"] = float(grad_norm)
         return out
 
-    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], denom: int,
-                    choices: list | None, names: list[list[int]] | None):
-        """Loss of one micro-batch, weighted so the sum over micro-batches is the batch mean.
-        `choices` and `names`: `_update`'s, for these trajectories."""
+    def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], extra: list[Any], denom: int):
+        """Loss of one micro-batch (`hooks.token_loss`), weighted so the sum over micro-batches is the
+        batch mean."""
         cfg, dev = self.config, self.accelerator.device
         if not trajs:  # this process kept nothing: a zero loss that still touches every parameter (DDP)
             dummy = torch.tensor([[self.tokenizer.pad_token_id or 0]], device=dev)
@@ -400,41 +274,16 @@ class Trainer:
         # used, and on a long prompt the vocabulary projection and its softmax are a large share of the work.
         start = int(mask.any(0).nonzero()[0]) if bool(mask.any()) else 0
         tgt, mask, old = ids[:, start + 1:], mask[:, start:], old[:, start:]
-        adv = torch.tensor(advantages, dtype=torch.float32, device=dev)
         logits = self._logits(self.model, ids, attn, ids.shape[1] - start)[:, :-1].float()
         if cfg.rollout.temperature > 0:
             logits = logits / cfg.rollout.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-        ref = kl_per_token = None  # grpo_loss takes k3 from `ref`, or the exact KL as given
-        if cfg.kl_coef > 0 and cfg.kl_estimator == "exact":
-            kl_per_token = kl_exact(logp_all, self._ref_logprobs(ids, attn, tgt, full=True))
-        elif cfg.kl_coef > 0:
-            ref = self._ref_logprobs(ids, attn, tgt)
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
-        pg_mask = high_entropy_mask(ent, mask, cfg.top_entropy_quantile) if cfg.top_entropy_quantile < 1 else None
-        kl_mask = None
-        if cfg.policy_tokens == "tool_names" or cfg.kl_tokens == "not_names":
-            names = _pad_masks(names, width)[:, 1:][:, start:].to(dev)
-            if cfg.policy_tokens == "tool_names":
-                pg_mask = names * (pg_mask if pg_mask is not None else 1.0)
-            if cfg.kl_tokens == "not_names":
-                kl_mask = mask * (1.0 - names)
-        choice_loss = None
-        if choices and any(c is not None for c in choices):
-            choice_loss = torch.zeros_like(logp)
-            pg_mask = (pg_mask if pg_mask is not None else mask).clone()
-            for i, c in enumerate(choices):
-                if c is None:
-                    continue
-                k = c[0] - start - 1  # logp[:, k] is the log-prob of ids[:, start + 1 + k]
-                pg_mask[i, k] = 0.0
-                choice_loss[i, k] = expected_choice(logp_all[i, k][None], torch.tensor([c[1]], device=dev),
-                                                    torch.tensor([c[2]], dtype=torch.float32, device=dev))[0]
-        loss, s = grpo_loss(logp, old, adv, mask, ref, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                            kl_coef=cfg.kl_coef, level=cfg.loss_level, pg_mask=pg_mask, kl_mask=kl_mask,
-                            choice_loss=choice_loss, kl_per_token=kl_per_token)
+        batch = MicroBatch(logp, logp_all, old, torch.tensor(advantages, dtype=torch.float32, device=dev), mask,
+                           ent, start, extra, lambda full=False: self._ref_logprobs(ids, attn, tgt, full))
+        loss, s = self.hooks.token_loss(batch, cfg)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
             stats = {"loss": loss.item() * weight,
@@ -513,24 +362,32 @@ class Trainer:
                 self.ref_model.save_pretrained(tmp / "reference")
             (tmp / "sampler_rng.pkl").write_bytes(pickle.dumps(self.rng.getstate()))
             state = {"step": self.step_count, "history": self.history, "policy_source": self.policy_source,
-                     "config": self.config.model_dump(mode="json")}
+                     "config": self.config.model_dump(mode="json"), "hooks": self.hooks.record}
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             commit(tmp, path)
         acc.wait_for_everyone()
         return path
 
     @classmethod
-    def resume(cls, path: str | Path, tasks, tools, reward, config: GRPOConfig | None = None) -> "Trainer":
-        """Rebuild a trainer from `save()`d state and continue exactly where it stopped."""
+    def resume(cls, path: str | Path, tasks, tools, reward, config: GRPOConfig | None = None,
+               hooks: Hooks | None = None) -> "Trainer":
+        """Rebuild a trainer from `save()`d state and continue exactly where it stopped. `hooks` must be
+        the ones it was trained with (their `record` is checked against the checkpoint's)."""
         from orchlib.models import load_policy
 
         ckpt = find_checkpoint(path)
         if ckpt is None:
             raise FileNotFoundError(f"no complete checkpoint at {path}")
         state = json.loads((ckpt / "trainer_state.json").read_text())
+        hooks = hooks if hooks is not None else Hooks()
+        if state.get("hooks", {}) != hooks.record:
+            raise ValueError(f"{ckpt / 'trainer_state.json'}: trained with hooks {state.get('hooks', {})}, resumed "
+                             f"with {hooks.record}; pass the same hooks= (e.g. VariantConfig(**record['variants'])"
+                             f".hooks())")
         config = config or GRPOConfig.model_validate(state["config"])
         source = ckpt / "policy" if not config.lora else state["policy_source"]
-        trainer = cls(load_policy(source), tasks, tools, reward, config, policy_source=state["policy_source"])
+        trainer = cls(load_policy(source), tasks, tools, reward, config, hooks=hooks,
+                      policy_source=state["policy_source"])
         if trainer.ref_model is not None and (ckpt / "reference").exists():
             ref, _ = load_policy(ckpt / "reference")
             trainer.ref_model.load_state_dict(ref.state_dict())
@@ -540,25 +397,6 @@ class Trainer:
         trainer.rng.setstate(pickle.loads((ckpt / "sampler_rng.pkl").read_bytes()))
         trainer.step_count, trainer.history = state["step"], state["history"]
         return trainer
-
-
-def _balanced_draw(rng: random.Random, tasks: list[Task], k: int) -> list[Task]:
-    """`k` distinct tasks, k // n from each of the n categories (as many as a small one has), the rest
-    drawn at random from what is left."""
-    by_cat: dict[str, list[Task]] = {}
-    for t in tasks:
-        by_cat.setdefault(t.category, []).append(t)
-    drawn = [t for cat in sorted(by_cat) for t in rng.sample(by_cat[cat], min(k // len(by_cat), len(by_cat[cat])))]
-    chosen = {id(t) for t in drawn}
-    return drawn + rng.sample([t for t in tasks if id(t) not in chosen], k - len(drawn))
-
-
-def _pad_masks(masks: list[list[int]], width: int) -> torch.Tensor:
-    """[B, width] float: each 0/1 list, right-padded with 0."""
-    out = torch.zeros((len(masks), width), dtype=torch.float32)
-    for i, m in enumerate(masks):
-        out[i, :len(m)] = torch.tensor(m, dtype=torch.float32)
-    return out
 
 
 def _gather_dicts(d: dict[str, float]) -> list[dict[str, float]]:
