@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "train": "orchlib.commands.train",
     "eval": "orchlib.commands.eval",
     "demo": "orchlib.commands.demo",
+    "synth": "orchlib.commands.synth",
 }
 
 
