@@ -3,10 +3,11 @@ a small library domain, good and deliberately bad tools and tasks, every refusal
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-import textwrap
 import threading
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -173,11 +174,11 @@ REPLIES = {"domain": json.dumps(OUTLINE), "schema": json.dumps({"schema": SCHEMA
            "tools": json.dumps(TOOLS), "tasks": "```json\n" + json.dumps(TASKS, indent=1) + "\n```"}
 
 
-@pytest.fixture
-def server():
-    """The writer model on 127.0.0.1: answers each stage (named by its prompt) with its canned reply."""
+@contextlib.contextmanager
+def serve(replies: dict[str, str]):
+    """The writer model on 127.0.0.1: answers each stage (named by its prompt) with its canned reply.
+    Yields the base URL and the list of stages asked, in order."""
     seen: list[str] = []
-    replies = dict(REPLIES)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 (http.server's naming)
@@ -199,9 +200,18 @@ def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen, replies
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    replies = dict(REPLIES)
+    with serve(replies) as (url, seen):
+        yield url, seen, replies
 
 
 @pytest.fixture
@@ -237,23 +247,48 @@ def test_refusals_counted_by_reason(server, tmp_path):
     assert json.loads((path / "report.json").read_text())["stages"]["tasks"]["kept"] == 4
 
 
+def _replayed_outcomes(folder) -> tuple[list[float], list[float], list]:
+    """Outcomes of the folder's tasks when a scripted policy makes the golden calls and answers, and when
+    it only answers (no write), through the cards as the trainer loads them; and the first run's envs."""
+    tasks = load_tasks(folder / "tasks.jsonl")
+    box = Toolbox.load(folder / "cards")
+    scripts = {t.id: [render_call(c) for c in t.golden.calls] + [t.golden.answer] for t in tasks}
+    config = RolloutConfig(max_turns=6, max_new_tokens=96)
+    trajs, envs = rollout(tasks, box, ScriptedEngine(build_tokenizer(), scripts, tasks=tasks), config,
+                          return_envs=True)
+    answer_only = {t.id: [t.golden.answer] for t in tasks}
+    lazy = rollout(tasks, box, ScriptedEngine(build_tokenizer(), answer_only, tasks=tasks), config)
+    return [t.outcome for t in trajs], [t.outcome for t in lazy], envs
+
+
 def test_kept_tasks_load_and_score_one_when_golden_actions_are_replayed(server, tmp_path, fresh_import):
     url, _, _ = server
     path, _ = synthesize(_config(url), tmp_path, progress=False)
     fresh_import.syspath_prepend(str(tmp_path))
-    tasks = load_tasks(path / "tasks.jsonl")
-    assert [t.meta["difficulty"] for t in tasks] == ["easy", "medium", "easy", "hard"]
-    box = Toolbox.load(path / "cards")              # the cards as the trainer loads them
-    scripts = {t.id: [render_call(c) for c in t.golden.calls] + [t.golden.answer] for t in tasks}
-    engine = ScriptedEngine(build_tokenizer(), scripts, tasks=tasks)
-    trajs, envs = rollout(tasks, box, engine, RolloutConfig(max_turns=6, max_new_tokens=96), return_envs=True)
-    assert [t.outcome for t in trajs] == [1.0] * 4
+    assert [t.meta["difficulty"] for t in load_tasks(path / "tasks.jsonl")] == ["easy", "medium", "easy", "hard"]
+    golden, lazy, envs = _replayed_outcomes(path)
+    assert golden == [1.0] * 4
     assert envs[1]["loans"]["L2"] == {"book_id": "B3", "member_id": "M2", "status": "out"}
-    # the checker is not a rubber stamp: the same episode without its write scores 0
-    wrong = {t.id: [t.golden.answer] for t in tasks}
-    trajs = rollout(tasks, box, ScriptedEngine(build_tokenizer(), wrong, tasks=tasks),
-                    RolloutConfig(max_turns=6, max_new_tokens=96))
-    assert [t.outcome for t in trajs] == [1.0, 0.0, 0.0, 0.0]
+    # the checker is not a rubber stamp: the write tasks without their writes score 0
+    assert lazy == [1.0, 0.0, 0.0, 0.0]
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "orchlib" / "synth" / "library"
+
+
+def test_the_shipped_library_is_what_the_pipeline_makes_of_the_canned_replies(server, tmp_path):
+    url, _, _ = server
+    path, _ = synthesize(_config(url, package="orchlib.synth.library"), tmp_path, progress=False)
+    made = sorted(p.relative_to(path) for p in path.rglob("*") if p.is_file())
+    shipped = sorted(p.relative_to(SHIPPED) for p in SHIPPED.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert made == shipped
+    for rel in made:
+        assert (path / rel).read_text() == (SHIPPED / rel).read_text(), f"{rel} differs: regenerate it (see below)"
+
+
+def test_the_shipped_library_loads_and_scores_offline():
+    golden, lazy, _ = _replayed_outcomes(SHIPPED)   # no sys.path change: it is a subpackage of orchlib
+    assert golden == [1.0] * 4 and lazy == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_second_run_resumes_from_cache_without_requests(server, tmp_path):
@@ -330,3 +365,14 @@ def test_cli(server, tmp_path, capsys):
     assert code == 0, out
     assert "\ntasks        4        8  breaks_schema 1," in out and "$0.047575" in out
     assert (tmp_path / "synth_library" / "tasks.jsonl").exists()
+
+
+if __name__ == "__main__":
+    # Regenerates the shipped domain orchlib/synth/library from the canned replies above:
+    #   .venv/bin/python tests/test_synth.py
+    import tempfile
+
+    with serve(dict(REPLIES)) as (url, _), tempfile.TemporaryDirectory() as cache:
+        where, report = synthesize(_config(url, package="orchlib.synth.library"), SHIPPED.parent, cache=cache)
+    print(report.table())
+    print(f"wrote {where}")

@@ -63,7 +63,8 @@ def _guarded_import(allowed: set[str]):
     return imp
 
 
-def load_source(source: str, module_name: str, allowed_imports: Sequence[str], where: str = "<tool>") -> types.ModuleType:
+def load_source(source: str, module_name: str, allowed_imports: Sequence[str],
+                where: str = "<tool>") -> types.ModuleType:
     """A fresh module named `module_name` holding the checked code, run with restricted builtins. An
     error while running it is CodeRefused("does_not_load") naming its type and message."""
     tree = check_source(source, allowed_imports, where)

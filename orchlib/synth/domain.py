@@ -47,10 +47,12 @@ def schema_errors(schema: dict[str, Any], state: Any) -> list[str]:
             for e in sorted(validator.iter_errors(state), key=lambda e: list(map(str, e.absolute_path)))]
 
 
-def schema_stage(llm: StageLLM, outline: dict[str, Any], report: SynthReport) -> tuple[dict[str, Any], dict[str, Any]]:
+def schema_stage(llm: StageLLM, outline: dict[str, Any],
+                 report: SynthReport) -> tuple[dict[str, Any], dict[str, Any]]:
     """(schema, records), the records checked against the schema."""
     reply = llm.ask("schema", SYSTEM, SCHEMA.format(outline=json.dumps(outline, sort_keys=True)))
-    if not isinstance(reply, dict) or not isinstance(reply.get("schema"), dict) or not isinstance(reply.get("records"), dict):
+    if not (isinstance(reply, dict) and isinstance(reply.get("schema"), dict)
+            and isinstance(reply.get("records"), dict)):
         raise SynthError('stage schema: the reply must be an object with "schema" and "records" objects')
     schema, records = reply["schema"], reply["records"]
     try:

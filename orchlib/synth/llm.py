@@ -47,7 +47,8 @@ def parse_json_reply(text: str, stage: str) -> Any:
     try:
         return json.loads(m.group(1) if m else text)
     except json.JSONDecodeError as e:
-        raise SynthError(f"stage {stage}: the reply is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise SynthError(f"stage {stage}: the reply is not JSON ({e.msg} at line {e.lineno} "
+                         f"column {e.colno})") from None
 
 
 class StageLLM:
@@ -72,7 +73,8 @@ class StageLLM:
         except ToolError as e:
             raise SynthError(f"stage {stage}: {e}") from None
         except (ValueError, KeyError, IndexError, TypeError) as e:
-            raise SynthError(f"stage {stage}: unexpected response ({type(e).__name__}): {response.text[:200]}") from None
+            raise SynthError(f"stage {stage}: unexpected response ({type(e).__name__}): "
+                            f"{response.text[:200]}") from None
         usage = data.get("usage") or {}
         tokens_in, tokens_out = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
         self.usage.requests += 1

@@ -91,7 +91,8 @@ def _parse(entry: Any, i: int, tool_names: set[str]) -> dict[str, Any]:
     try:
         calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in entry["golden"]]
     except (TypeError, KeyError, ValueError) as e:
-        raise Refused("malformed", f"task {i}: golden: each call needs a name and arguments ({type(e).__name__})") from None
+        raise Refused("malformed", f"task {i}: golden: each call needs a name and arguments "
+                                   f"({type(e).__name__})") from None
     unknown = [c.name for c in calls if c.name not in tool_names]
     if unknown:
         raise Refused("malformed", f"task {i}: golden: {unknown[0]!r} is not a kept tool")
@@ -127,7 +128,8 @@ def _check(domain: DBDomain, task: Task, spec: dict[str, Any], schema: dict[str,
         if same:
             raise Refused("no_state_change", f"task {task.id}: the golden calls leave {same[0]} as it was")
     elif canonical_json(final) != canonical_json(initial):
-        raise Refused("undeclared_change", f"task {task.id}: declares no change but its golden calls change the database")
+        raise Refused("undeclared_change",
+                      f"task {task.id}: declares no change but its golden calls change the database")
     support = "\n".join(_leaves(final) + results)
     missing = [str(f) for f in spec["required"] if not mentions(support, str(f))]
     if missing:

@@ -9,6 +9,7 @@ function of that name, no `env` parameter, or a signature no card can describe),
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import types
@@ -63,6 +64,25 @@ def _load_one(entry: Any, i: int, module_name: str, config: SynthConfig) -> tupl
     return name, code, bool(entry.get("writes"))
 
 
+def _join(snippets: list[str]) -> str:
+    """One module from the kept snippets: their imports once each at the top (a `from __future__` import
+    dropped: it may only open a file), then the functions."""
+    imports: list[str] = []
+    bodies: list[str] = []
+    for code in snippets:
+        lines = code.splitlines()
+        drop: set[int] = set()
+        for node in ast.parse(code).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                drop.update(range(node.lineno - 1, node.end_lineno))
+                text = ast.unparse(node)
+                if text not in imports and not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+                    imports.append(text)
+        bodies.append("\n".join(line for i, line in enumerate(lines) if i not in drop).strip("\n"))
+    head = "\n".join(imports) + "\n\n\n" if imports else ""
+    return head + "\n\n\n".join(bodies) + "\n"
+
+
 def tools_stage(llm: StageLLM, config: SynthConfig, outline: dict[str, Any], schema: dict[str, Any],
                 package: str, report: SynthReport, progress: bool = True) -> Tools:
     reply = llm.ask("tools", SYSTEM, PROMPT.format(outline=json.dumps(outline, sort_keys=True),
@@ -82,12 +102,10 @@ def tools_stage(llm: StageLLM, config: SynthConfig, outline: dict[str, Any], sch
         if name in kept:
             count.refuse("duplicate_name", f"tool {name}: a tool of that name was kept already")
             continue
-        # One `from __future__` per file, and only at its top: the joined module does without it.
-        code = "\n".join(line for line in code.splitlines() if line.strip() != "from __future__ import annotations")
-        kept[name] = (code.strip("\n"), writes)
+        kept[name] = (code, writes)
     if not kept:
         raise SynthError("stage tools: every tool was refused: " + "; ".join(count.examples.values()))
-    source = "\n\n\n".join(code for code, _ in kept.values()) + "\n"
+    source = _join([code for code, _ in kept.values()])
     try:  # the kept tools together (a helper two of them define twice would show here)
         module = load_source(source, module_name, config.allowed_imports, where=f"{package}/tools.py")
     except CodeRefused as e:

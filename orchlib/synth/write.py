@@ -14,6 +14,7 @@ The folder is written beside its place and renamed into it, so a reader never se
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,7 +30,7 @@ __all__ = ["write_domain"]
 DOMAIN_PY = '''"""The {name} domain, made by orchlib.synth: DOMAIN over database.json and the tools of tools.py.
 
 tools.py is loaded with the checks it passed when it was made (orchlib.synth.code.load_source): imports
-from {imports} only, no file or interpreter access."""
+from _ALLOWED only, no file or interpreter access."""
 
 import json
 from pathlib import Path
@@ -37,15 +38,24 @@ from pathlib import Path
 from orchlib.envs.db import DBDomain
 from orchlib.synth.code import load_source
 
-__all__ = ["DOMAIN", "INITIAL", {names_quoted}]
+__all__ = [{all_names}]
 
 _HERE = Path(__file__).parent
+_ALLOWED = (
+{allowed})
 _TOOLS = load_source((_HERE / "tools.py").read_text(encoding="utf-8"), __name__.rsplit(".", 1)[0] + ".tools",
-                     {imports!r}, where=str(_HERE / "tools.py"))
+                     _ALLOWED, where=str(_HERE / "tools.py"))
 INITIAL = json.loads((_HERE / "database.json").read_text(encoding="utf-8"))
 {assignments}
 
-DOMAIN = DBDomain({name!r}, lambda task: INITIAL, [{names}], write_tools={writes!r}, tags={tags!r})
+DOMAIN = DBDomain(
+    {name!r},
+    lambda task: INITIAL,
+    [
+{tool_list}    ],
+    write_tools={writes!r},
+    tags={tags!r},
+)
 '''
 
 
@@ -70,18 +80,21 @@ def write_domain(out: str | Path, package: str, name: str, description: str, sch
         (tmp / "tools.py").write_text(f"# The {name} tools, written by a model and checked by orchlib.synth.\n\n"
                                       + tools.source, encoding="utf-8")
         (tmp / "domain.py").write_text(DOMAIN_PY.format(
-            name=name, imports=tuple(allowed_imports), names=", ".join(tools.names),
-            names_quoted=", ".join(repr(n) for n in tools.names), writes=sorted(tools.writes), tags=tags,
+            name=name, all_names=", ".join(f'"{n}"' for n in ["DOMAIN", "INITIAL", *tools.names]),
+            allowed="".join(f"    {m!r},\n" for m in allowed_imports), writes=sorted(tools.writes), tags=tags,
+            tool_list="".join(f"        {n},\n" for n in tools.names),
             assignments="\n".join(f"{n} = _TOOLS.{n}" for n in tools.names)), encoding="utf-8")
         for fn in tools.functions:
             card = ToolCard.from_function(fn, tags=tags, backend={"callable": f"{package}.domain:{fn.__name__}"})
             save_card(card, tmp / "cards" / f"{fn.__name__}.yaml")
         save_tasks(list(tasks), tmp / "tasks.jsonl")
+        os.chmod(tmp / "tasks.jsonl", 0o644)  # written private (mkstemp); a domain folder is for reading
         (tmp / "report.json").write_text(report.model_dump_json(indent=1) + "\n", encoding="utf-8")
         old = out / f".{target.name}.old"
         if target.exists():
             shutil.rmtree(old, ignore_errors=True)
             target.rename(old)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
         tmp.rename(target)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:  # leave no half-written folder behind, then let the error reach the caller

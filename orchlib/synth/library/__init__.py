@@ -1,0 +1,1 @@
+"""A small public library: books, members and loans. (made by orchlib.synth)."""

@@ -1,0 +1,48 @@
+"""The library domain, made by orchlib.synth: DOMAIN over database.json and the tools of tools.py.
+
+tools.py is loaded with the checks it passed when it was made (orchlib.synth.code.load_source): imports
+from _ALLOWED only, no file or interpreter access."""
+
+import json
+from pathlib import Path
+
+from orchlib.envs.db import DBDomain
+from orchlib.synth.code import load_source
+
+__all__ = ["DOMAIN", "INITIAL", "add_copies", "borrow_book", "get_book", "return_book"]
+
+_HERE = Path(__file__).parent
+_ALLOWED = (
+    'math',
+    're',
+    'datetime',
+    'typing',
+    'collections',
+    'itertools',
+    'functools',
+    'decimal',
+    'fractions',
+    'string',
+    'statistics',
+    '__future__',
+)
+_TOOLS = load_source((_HERE / "tools.py").read_text(encoding="utf-8"), __name__.rsplit(".", 1)[0] + ".tools",
+                     _ALLOWED, where=str(_HERE / "tools.py"))
+INITIAL = json.loads((_HERE / "database.json").read_text(encoding="utf-8"))
+add_copies = _TOOLS.add_copies
+borrow_book = _TOOLS.borrow_book
+get_book = _TOOLS.get_book
+return_book = _TOOLS.return_book
+
+DOMAIN = DBDomain(
+    'library',
+    lambda task: INITIAL,
+    [
+        add_copies,
+        borrow_book,
+        get_book,
+        return_book,
+    ],
+    write_tools=['add_copies', 'borrow_book', 'return_book'],
+    tags=['library', 'local', 'free', 'synth'],
+)
