@@ -367,6 +367,23 @@ def test_cli(server, tmp_path, capsys):
     assert (tmp_path / "synth_library" / "tasks.jsonl").exists()
 
 
+@pytest.mark.slow  # ~10 s on 2 busy cores: the tiny policy, one GRPO step
+def test_the_trainer_takes_the_shipped_library_as_it_is(policy_cache):
+    from orchlib.models import build_default_policy
+    from orchlib.reward import Reward
+    from orchlib.train import GRPOConfig, Trainer, golden_trajectories
+
+    model, tok = build_default_policy("tiny", cache=policy_cache)
+    tasks, box = load_tasks(SHIPPED / "tasks.jsonl"), Toolbox.load(SHIPPED / "cards")
+    rcfg = RolloutConfig(max_turns=4, max_new_tokens=16, tool_schema="compact")
+    # the warm start's data: each task's golden calls and answer, scored by the domain's checker
+    assert [t.outcome for t in golden_trajectories(tasks, box, tok, rcfg)] == [1.0] * 4
+    trainer = Trainer((model, tok), tasks, box, Reward.from_string("name: a\nreward: outcome"),
+                      GRPOConfig(tasks_per_step=2, group_size=2, rollout=rcfg))
+    report = trainer.step()
+    assert len(report.trajectories) == 4 and 0.0 <= report.metrics["accuracy"] <= 1.0
+    assert {t.task_id for t in report.trajectories} <= {t.id for t in tasks}
+
 if __name__ == "__main__":
     # Regenerates the shipped domain orchlib/synth/library from the canned replies above:
     #   .venv/bin/python tests/test_synth.py
