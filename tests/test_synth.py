@@ -367,6 +367,17 @@ def test_cli(server, tmp_path, capsys):
     assert (tmp_path / "synth_library" / "tasks.jsonl").exists()
 
 
+
+def test_cli_failures(server, tmp_path, capsys):
+    url, _, replies = server
+    args = ["synth", "--domain", "a small public library", "--base-url", url, "--model", "writer-1",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(args + ["--package", "1library"]) == 2
+    assert "orchlib synth: package: String should match pattern" in capsys.readouterr().err
+    replies["tools"] = json.dumps({"tools": [TOOLS["tools"][4]]})       # only the tool importing os
+    assert main(args) == 1
+    assert "stage tools: every tool was refused: tool export_catalog:2: imports 'os'" in capsys.readouterr().err
+
 @pytest.mark.slow  # ~10 s on 2 busy cores: the tiny policy, one GRPO step
 def test_the_trainer_takes_the_shipped_library_as_it_is(policy_cache):
     from orchlib.models import build_default_policy
