@@ -17,13 +17,15 @@ from orchlib import safejson
 from orchlib.trajectory import ToolCall
 
 __all__ = [
-    "IM_START", "IM_END", "TOOL_CALL", "TOOL_CALL_END", "TOOL_RESPONSE", "TOOL_RESPONSE_END", "PAD",
+    "IM_START", "IM_END", "TOOL_CALL", "TOOL_CALL_END", "CALL_OPENING", "TOOL_RESPONSE", "TOOL_RESPONSE_END", "PAD",
     "SPECIAL_TOKENS", "CHAT_TEMPLATE", "ToolCallParseError", "parse_tool_calls", "render_call", "render_assistant",
     "observation_segment", "system_text", "call_name_mask",
 ]
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
+# How every rendered call starts, up to the tool's name (render_call's layout): the choice is the next id.
+CALL_OPENING = TOOL_CALL + '\n{"name": "'
 TOOL_RESPONSE, TOOL_RESPONSE_END = "<tool_response>", "</tool_response>"
 PAD = "<|endoftext|>"
 SPECIAL_TOKENS = [PAD, IM_START, IM_END, TOOL_CALL, TOOL_CALL_END, TOOL_RESPONSE, TOOL_RESPONSE_END]

@@ -1,4 +1,4 @@
-"""demo.choice_gap: the exact probability gap P makes at the tool choice, against a closed form."""
+"""evaluate.choice_gap: the exact probability gap P makes at the tool choice, against a closed form."""
 
 import math
 from types import SimpleNamespace
@@ -6,7 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from orchlib.demo import DEMO_ROLLOUT, choice_gap, demo_suite
+from orchlib.demo import DEMO_PROFILES, DEMO_ROLLOUT, demo_suite
+from orchlib.evaluate import choice_gap
+
+PAIR = ("generalist", DEMO_PROFILES)
 
 
 class _PReader(torch.nn.Module):
@@ -38,9 +41,9 @@ def test_choice_gap_matches_the_closed_form_and_is_zero_when_p_is_hidden(tiny_po
     def p(w):
         return math.prod(math.exp(w) / (k * math.exp(w) + V - k) for _ in ids)
 
-    assert choice_gap(reader, tok, test, box, DEMO_ROLLOUT) == pytest.approx(100 * (p(2.0) - p(-1.0)), rel=1e-5)
+    assert choice_gap(reader, tok, test, box, DEMO_ROLLOUT, *PAIR) == pytest.approx(100 * (p(2.0) - p(-1.0)), rel=1e-5)
     hidden = DEMO_ROLLOUT.model_copy(update={"show_preference": False})
-    assert choice_gap(model, tok, test, box, hidden) == 0.0  # same prompt under both profiles
-    shown = choice_gap(model, tok, test, box, DEMO_ROLLOUT)
+    assert choice_gap(model, tok, test, box, hidden, *PAIR) == 0.0  # same prompt under both profiles
+    shown = choice_gap(model, tok, test, box, DEMO_ROLLOUT, *PAIR)
     assert math.isfinite(shown) and -100 <= shown <= 100
 

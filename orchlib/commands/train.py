@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.configfile import ConfigFileError, load_config
     from orchlib.models import PolicyLoadError
     from orchlib.reward import RewardFileError
+    from orchlib.shipped import shipped_path
     from orchlib.tasks import TaskFileError
     from orchlib.train.run import RunConfig, run_training
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     for field in ("cards", "reward", "tasks"):
         values = getattr(cfg, field)
         for value in [values] if isinstance(values, str) else values or []:
-            if not Path(value).exists():
+            if not shipped_path(value).exists():
                 raise UsageError(f"{args.config}: {field}: {value} does not exist")
     out = writable_folder(cfg.out, f"{args.config}: out:")  # before minutes of training
     try:

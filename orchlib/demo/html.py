@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 import json
 
-from orchlib.demo import DEMO_TOOL_NAMES, EXPENSIVE
+from orchlib.demo.config import DEMO_TOOL_NAMES, EXPENSIVE
+from orchlib.demo.report import table_text
 
 __all__ = ["report_html"]
 
@@ -28,18 +29,12 @@ def report_html(metrics, after, baselines, history) -> str:
         parts.append(f"<h2>{html.escape(title)}</h2>\n{body}")
     checks = "".join(f"<li>{html.escape(k)}: <b>{'pass' if v else 'FAIL'}</b></li>"
                      for k, v in metrics["checks"].items())
-    table = html.escape(open_table(metrics))
+    table = html.escape(table_text(metrics))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>orchlib demo (seed {metrics['seed']})</title>"
             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto} pre{font-size:12px}</style></head>"
             f"<body><h1>orchlib demo, seed {metrics['seed']}</h1><ul>{checks}</ul><pre>{table}</pre>"
             + "\n".join(parts)
             + f"<h2>Numbers</h2><pre>{html.escape(json.dumps(metrics['wall_s']))}</pre></body></html>")
-
-
-def open_table(metrics) -> str:
-    from orchlib.demo_report import _table
-
-    return _table(metrics)
 
 
 def _points(metrics) -> dict[str, tuple[float, float]]:

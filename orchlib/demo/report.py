@@ -1,21 +1,17 @@
-"""The demo's numbers, table and files (metrics.json, trajectories.jsonl, report.html)."""
+"""The demo's numbers and its printed table, from the runs it compared."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orchlib.atomic import write_text_atomic
-from orchlib.demo import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE
+from orchlib.demo.config import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
-from orchlib.trajectory import write_jsonl
 
-__all__ = ["summarize_demo", "write_outputs", "rewards_across_policies", "generalist_share",
+__all__ = ["summarize_demo", "table_text", "SHARED", "rewards_across_policies", "generalist_share",
            "controllability", "controllability_by_category"]
 
 SHARED = 0o644  # the demo's outputs are reports to share, not private files
@@ -145,7 +141,8 @@ def _listed(values: dict[str, float], spec: str) -> str:
     return ", ".join(f"{k} {v:{spec}}" for k, v in values.items())
 
 
-def _table(m: dict[str, Any]) -> str:
+def table_text(m: dict[str, Any]) -> str:
+    """The demo's printed table and summary lines, from its metrics."""
     by_cat = m["controllability_by_category"]
     tools = DEMO_TOOL_NAMES
     # a malformed call can name anything ("{", "calculat"): such names share one column, not one each
@@ -184,14 +181,3 @@ def _table(m: dict[str, Any]) -> str:
              + f"; total {m['wall_total_s']:.1f}s",
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]
     return "\n".join(lines)
-
-
-def write_outputs(out: Path, metrics, after, baselines, history, reward) -> str:
-    table = _table(metrics)
-    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=1, default=float) + "\n", mode=SHARED)
-    write_text_atomic(out / "table.txt", table + "\n", mode=SHARED)
-    write_jsonl(after.trajectories, out / "trajectories.jsonl")
-    from orchlib.demo_html import report_html
-
-    write_text_atomic(out / "report.html", report_html(metrics, after, baselines, history), mode=SHARED)
-    return table
