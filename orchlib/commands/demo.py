@@ -1,4 +1,4 @@
-"""`orchlib demo`: train a tiny orchestrator offline and show what it learned (see orchlib/demo.py)."""
+"""`orchlib demo`: train a tiny orchestrator offline and show what it learned (see orchlib/demo/)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help=f"output folder (default {d.out})")
     p.add_argument("--reading-drills", action="store_true",
                    help="add preference-reading drills to phase 2 of the warm start (and lengthen it): "
-                        "measured in docs/training.md; about 60 s more")
+                        "measured in docs/notes/; about 60 s more")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=run)
 

@@ -60,7 +60,7 @@ class DemoConfig(BaseModel):
                                                   "(150 left 30 % of sampled turns malformed, 300 about 9 %; with "
                                                   "the reading drills 300 left 41 %, 450 about 1 %)")
     reading_drills: int = Field(0, ge=0, description="phase-2 preference-reading drills (`reading_drills`); off by "
-                                                     "default until they help on every seed (docs/training.md); "
+                                                     "default until they help on every seed (docs/notes/); "
                                                      "READING_SETTINGS is the measured setting")
     sft_extra_arithmetic: int = Field(400, ge=0, description="more arithmetic tasks for phase 2, offering both "
                                                              "tools; the golden tool is drawn at random")
@@ -70,7 +70,7 @@ class DemoConfig(BaseModel):
     sft_learning_rate: float = Field(3e-3, gt=0, description="peak lr of phase 2 (cosine to 0)")
     learning_rate: float = Field(5e-4, gt=0, description="GRPO lr; with the expected push and balanced draws, "
                                                          "5e-4 separated the profiles on every seed (3e-4: 22.6 "
-                                                         "points on seed 1; docs/training.md)")
+                                                         "points on seed 1; docs/notes/)")
     kl_coef: float = Field(0.03, ge=0, description="KL to the warm start. The update pushes tool names only, so "
                                                    "the KL alone keeps the format; with the exact KL, 0.1 and 0.05 "
                                                    "held seed 1's GSM8K choice back (22.1 / 29.4 points)")

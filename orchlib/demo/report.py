@@ -39,7 +39,7 @@ def controllability(trajs, tool: str = EXPENSIVE) -> float:
 
 def controllability_by_category(trajs, tool: str = EXPENSIVE) -> dict[str, float]:
     """`controllability` per task category. The gap can sit in one category alone (with the reading
-    drills it sat on arithmetic, docs/training.md), which the overall number hides."""
+    drills it sat on arithmetic, docs/notes/), which the overall number hides."""
     return {cat: controllability([t for t in trajs if t.category == cat], tool)
             for cat in sorted({t.category for t in trajs})}
 
@@ -84,7 +84,7 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
     for name, trajs in runs.items():
         policies[name] = {"all": _numbers(trajs), **{p: _numbers(ts) for p, ts in sorted(_by_profile(trajs).items())}}
     across = rewards_across_policies({k: v for k, v in runs.items() if k != "before RL"}, reward)
-    # The learning curve is the reward against fixed reference runs (demo_reference.py): in its own group
+    # The learning curve is the reward against fixed reference runs (evaluate.anchored_reward): in its own group
     # a rollout's reward is relative to the others', so it falls as they come to agree even when they
     # improve. The in-group reward the update uses is kept beside it.
     first10, last10 = _ends([h["reward_anchored"] for h in history if "reward_anchored" in h])
