@@ -238,15 +238,7 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
             if turn.user is None or turn.user.done:
                 _finish(ep, "user_stop")
                 continue
-            seg_ids = _encode(tok, _user_segment(turn.user.text))
-            if len(ep.traj.ids) + len(seg_ids) >= config.max_total_tokens:  # no room to read and answer
-                _finish(ep, "token_budget")
-                continue
-            ep.traj.ids += seg_ids
-            ep.traj.mask += [0] * len(seg_ids)
-            ep.traj.logprobs += [0.0] * len(seg_ids)
-            if len(ep.traj.turns) >= config.max_turns:
-                _finish(ep, "max_turns")
+            _append_context(ep, _encode(tok, _user_segment(turn.user.text)), config)
         for ep, turn, _ in pending:
             final = next((o for o in turn.observations if o.final and not o.error), None)
             if final is not None:
@@ -256,16 +248,21 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
             ended = ep.traj.ids[-1] == eos
             seg = ("" if ended else IM_END) + observation_segment(
                 _shown(o, config.max_observation_chars) for o in turn.observations)
-            seg_ids = _encode(tok, seg)
-            if len(ep.traj.ids) + len(seg_ids) >= config.max_total_tokens:  # no room to read and answer
-                _finish(ep, "token_budget")
-                continue
-            ep.traj.ids += seg_ids
-            ep.traj.mask += [0] * len(seg_ids)
-            ep.traj.logprobs += [0.0] * len(seg_ids)
-            if len(ep.traj.turns) >= config.max_turns:
-                _finish(ep, "max_turns")
+            _append_context(ep, _encode(tok, seg), config)
     return episodes
+
+
+def _append_context(ep, seg_ids: list[int], config: RolloutConfig) -> None:
+    """Append a segment the orchestrator did not write (an observation, a user turn: mask 0), or end
+    the episode when it no longer fits the token budget or the turns are used up."""
+    if len(ep.traj.ids) + len(seg_ids) >= config.max_total_tokens:  # no room to read and answer
+        _finish(ep, "token_budget")
+        return
+    ep.traj.ids += seg_ids
+    ep.traj.mask += [0] * len(seg_ids)
+    ep.traj.logprobs += [0.0] * len(seg_ids)
+    if len(ep.traj.turns) >= config.max_turns:
+        _finish(ep, "max_turns")
 
 
 # Checkers that compare strings or numbers: run in the loop. Others (the judge, sympy, user code) may
