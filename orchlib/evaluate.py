@@ -40,7 +40,8 @@ from orchlib.trajectory import Trajectory, write_jsonl
 
 __all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metrics", "compare", "reward_across",
            "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
-           "BASELINES", "make_baselines", "try_routes", "choice_gap", "reference_runs", "anchored_reward"]
+           "BASELINES", "make_baselines", "try_routes", "choice_gap", "reference_runs", "anchored_reward",
+           "under_profiles"]
 
 
 
@@ -365,9 +366,14 @@ def aiq(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]],
 
 
 # ---------------------------------------------------------------------------------------------- probes
-def _shown(task: Task, profile: str | Preference) -> Task:
-    P = PROFILES[profile] if isinstance(profile, str) else profile
-    return task.model_copy(update={"preference": P, "id": f"{task.id}@{P.name}"})
+def under_profiles(tasks: Sequence[Task], profiles: Sequence[str | Preference]) -> list[Task]:
+    """Every task once per profile (ids suffixed `@name`), so only P differs between the copies."""
+    out = []
+    for task in tasks:
+        for profile in profiles:
+            P = PROFILES[profile] if isinstance(profile, str) else profile
+            out.append(task.model_copy(update={"preference": P, "id": f"{task.id}@{P.name}"}))
+    return out
 
 
 def choice_gap(model, tokenizer, tasks: Sequence[Task], toolbox, config: RolloutConfig, tool: str,
@@ -382,7 +388,7 @@ def choice_gap(model, tokenizer, tasks: Sequence[Task], toolbox, config: Rollout
     gaps, device = [], next((p.device for p in model.parameters()), torch.device("cpu"))
     for task in (t for t in tasks if t.tools is None or tool in t.tools):
         p = []
-        for shown in (_shown(task, prof) for prof in profiles):
+        for shown in under_profiles([task], profiles):
             head = render_prompt(shown, tool_schemas(toolbox, shown, config.tool_schema), tokenizer, config)
             head += CALL_OPENING
             ids = tokenizer.encode(head + tool, add_special_tokens=False)

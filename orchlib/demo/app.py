@@ -32,7 +32,7 @@ from orchlib.demo.config import (CALL_OPENING, DEMO_PROFILES, DEMO_ROLLOUT, DEMO
                                  READING_PAIR, REWARD_FILE, DemoConfig, DemoResult)
 from orchlib.demo.html import report_html
 from orchlib.demo.report import SHARED, summarize_demo, table_text
-from orchlib.evaluate import anchored_reward, choice_gap, reference_runs
+from orchlib.evaluate import anchored_reward, choice_gap, reference_runs, under_profiles
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall, write_jsonl
@@ -182,7 +182,7 @@ def _extras(tasks: list[Task], rng: random.Random) -> list[Task]:
 
 def under(tasks: list[Task], profiles=DEMO_PROFILES) -> list[Task]:
     """Every task once per profile (ids suffixed), so only P differs between the copies."""
-    return [t.model_copy(update={"preference": PROFILES[p], "id": f"{t.id}@{p}"}) for t in tasks for p in profiles]
+    return under_profiles(tasks, profiles)
 
 
 def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, seed: int = 0) -> dict[str, float]:
