@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,32 @@ def test_csv_rows_and_lookup_by_task_id(tmp_path):
                         response_column="answer", grade_column="correct", prices={"m": Price(per_m_input=1)})[0]
     obs = build_tool(card).call_sync({}, ToolContext(task_id="t-1", prompt="whatever the task says"))
     assert obs.content == "42" and obs.meta == {"grade": 1.0} and obs.cost_usd == pytest.approx(12e-6)
+
+
+def test_parquet_rows_read_as_the_same_recording_as_jsonl(tmp_path, recording):
+    """A Parquet file (typed columns, nulls for missing values) replays exactly what the JSONL does."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    # Parquet columns have one type each: grades as text (their spellings), one count missing (null).
+    rows = [{**r, "grade": str(r["grade"]), "cached_tokens": None if i == 1 else r["cached_tokens"]}
+            for i, r in enumerate(RECORDS)]
+    path = tmp_path / "rec.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    table = read_recording(path)
+    jsonl = read_recording(recording)
+    assert table.layout == "rows" and table.models == jsonl.models == ["o-think", "small"]
+    for model in table.models:
+        for q, rec in jsonl.answers(model).items():
+            got = table.answers(model)[q]
+            want = replace(rec, tokens_cached=None) if (model, q) == ("o-think", Q[1]) else rec
+            assert got == want
+    # Through a card and a call: the same cost, latency and grade as the JSONL recording gives.
+    for a, b in zip(replay_cards(path, prices=PRICES), replay_cards(recording, prices=PRICES)):
+        assert _call(a, Q[0]) == _call(b, Q[0])
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist([{**rows[0], "output_tokens": -3}]), bad)
+    with pytest.raises(RecordingError, match=r"bad.parquet:1: output_tokens: not a token count"):
+        read_recording(bad)
 
 
 @pytest.mark.parametrize("row, problem", [
