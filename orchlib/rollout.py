@@ -144,10 +144,12 @@ class _Episode:
 
     def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict]):
         self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
-        self.traj = Trajectory(task_id=task.id, group_index=index, prompt=task.prompt, category=task.category,
-                               preference=shown_preference(task).model_dump(),
-                               ids=list(prompt_ids), mask=[0] * len(prompt_ids),
-                               logprobs=[0.0] * len(prompt_ids), prompt_len=len(prompt_ids))
+        # Built without validation: every field is already of its type (the task's fields are validated,
+        # the ids are the tokenizer's ints), and validating three prompt-long lists per episode copies them.
+        self.traj = Trajectory.model_construct(task_id=task.id, group_index=index, prompt=task.prompt,
+                                               category=task.category, preference=shown_preference(task).model_dump(),
+                                               ids=list(prompt_ids), mask=[0] * len(prompt_ids),
+                                               logprobs=[0.0] * len(prompt_ids), prompt_len=len(prompt_ids))
         self.errors: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.done = False
@@ -357,14 +359,31 @@ def _run_tools(pending, asking, toolbox, config: RolloutConfig) -> None:
     """All calls of all trajectories this turn, and the users' replies, concurrently; fills
     observations, cost and latency, and each asked turn's `user`."""
     async def all_():
-        return await asyncio.gather(*(_call_tools(ep, calls, toolbox, config) for ep, _, calls in pending),
+        # Calls that only stand-ins answer (replay, simulated: nothing is waited for) are awaited one
+        # episode after another, without a task each; the others run concurrently, as before.
+        instant = [_stand_ins_only(calls, toolbox) for _, _, calls in pending]
+        quick = {i: await _call_tools(pending[i][0], pending[i][2], toolbox, config)
+                 for i in range(len(pending)) if instant[i]}
+        rest = await asyncio.gather(*(_call_tools(ep, calls, toolbox, config)
+                                      for (ep, _, calls), fast in zip(pending, instant) if not fast),
                                     *(_ask_user(ep) for ep, _ in asking))
+        slow = iter(rest)
+        return [quick[i] if instant[i] else next(slow) for i in range(len(pending))] + list(slow)
 
     results = run_sync(all_()) if pending or asking else []
     for (ep, turn, _), (obs, tools_s) in zip(pending, results):
         _record(ep, turn, obs, tools_s)
     for (_, turn), reply in zip(asking, results[len(pending):]):
         turn.user = reply
+
+
+def _stand_ins_only(calls, toolbox) -> bool:
+    """Whether every call goes to a stand-in (`measured = False`) that keeps no state, or to no tool."""
+    for c in calls:
+        tool = toolbox[c.name] if c.name in toolbox else None
+        if tool is not None and (tool.measured or tool.stateful):
+            return False
+    return True
 
 
 async def _ask_user(ep: _Episode) -> UserTurn:
@@ -396,9 +415,13 @@ async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> tu
     async def in_order() -> list[Observation]:
         return [await toolbox.call(calls[i], ctx, timeout_s=config.tool_timeout_s) for i in serial]
 
-    parallel, chained = await asyncio.gather(
-        toolbox.call_many([calls[i] for i in together], ctx, timeout_s=config.tool_timeout_s,
-                          max_parallel=config.max_parallel), in_order())
+    if not serial and _stand_ins_only(calls, toolbox):  # nothing waits: the same calls, one after another
+        parallel, chained = [await toolbox.call(calls[i], ctx, timeout_s=config.tool_timeout_s)
+                             for i in together], []
+    else:
+        parallel, chained = await asyncio.gather(
+            toolbox.call_many([calls[i] for i in together], ctx, timeout_s=config.tool_timeout_s,
+                              max_parallel=config.max_parallel), in_order())
     got = dict(zip(together, parallel)) | dict(zip(serial, chained))
     obs = [got[i] if i in got else _not_offered(c, ep.task) for i, c in enumerate(calls)]
     if config.tool_latency == "declared":

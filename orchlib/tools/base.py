@@ -114,9 +114,13 @@ class Tool:
                                           "timeout", latency_s=timeout_s)
         t0 = time.perf_counter()
         try:
-            obs = await asyncio.wait_for(self._run(arguments, context), timeout_s)
+            run = self._run(arguments, context)
+            # A stand-in never sleeps and its time is the declared (or recorded) one, judged against the
+            # timeout here and below: no timer task per call.
+            obs = await (run if declared is not None else asyncio.wait_for(run, timeout_s))
         except asyncio.TimeoutError as e:
-            if timeout_s is None:  # raised inside the backend (since 3.11 the same class), not our timeout
+            if timeout_s is None or declared is not None:  # raised inside the backend (since 3.11 the same
+                # class), not our timeout: a stand-in runs without one
                 return self._error("tool_failure", f"{self.name} failed: TimeoutError: {e}",
                                    latency_s=time.perf_counter() - t0)
             return self._error("timeout", f"{self.name} did not answer within {timeout_s:g} s",
