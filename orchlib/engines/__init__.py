@@ -1,7 +1,7 @@
 """Generation backends behind one small interface (see base.Engine).
 
-The transformers engine loads torch: it is imported on first use, so `import orchlib.engines` (and
-the rollout loop, which needs only the interface) stays light.
+The transformers and vLLM engines load torch (and vllm, the `vllm` extra): they are imported on first
+use, so `import orchlib.engines` (and the rollout loop, which needs only the interface) stays light.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from orchlib.engines.scripted import ScriptedEngine
 _LAZY: dict[str, str] = {
     "TransformersEngine": "orchlib.engines.transformers",
     "OpenAIPolicy": "orchlib.engines.openai", "APIPolicyConfig": "orchlib.engines.openai",
+    "VLLMEngine": "orchlib.engines.vllm", "VLLMConfig": "orchlib.engines.vllm",
+    "make_vllm_engine": "orchlib.engines.vllm", "VLLMServerEngine": "orchlib.engines.vllm_server",
 }
 
 __all__ = ["Engine", "GenerateResult", "Generation", "SamplingParams", "ScriptedEngine", *_LAZY]

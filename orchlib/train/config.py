@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.engines.vllm import VLLMConfig
 from orchlib.rollout import RolloutConfig
 
 __all__ = ["LoraSettings", "GRPOConfig"]
@@ -69,4 +70,12 @@ class GRPOConfig(BaseModel):
                                                    "the history is kept in memory and in checkpoints only")
     project_dir: str | None = Field(None, description="where trackers write (tensorboard needs it)")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="how each rollout is sampled "
-                                   "(turns, tokens, temperature: its log-probs are the ratio's denominator)")
+                                   "(turns, tokens, temperature; with the transformers engine its log-probs "
+                                   "are the ratio's denominator)")
+    engine: Literal["transformers", "vllm"] = Field("transformers", description="what samples the rollouts: "
+                                                    "'transformers' (the trained model itself) or 'vllm' (the "
+                                                    "`vllm` extra; its weights are synced after every optimiser "
+                                                    "step, and the ratio's denominator is the trainer's own "
+                                                    "log-probs)")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="the vLLM engine's settings (engine: "
+                             "vllm): colocated or a server, dtype, KV cache")

@@ -135,8 +135,13 @@ class Trainer:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self._can_skip_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
         acc = self.accelerator
-        self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer,
-                                         seed=config.seed * 1000 + acc.process_index)
+        seed = config.seed * 1000 + acc.process_index
+        if config.engine == "vllm":  # starts holding the model's current weights (after any warm start)
+            from orchlib.engines.vllm import make_vllm_engine
+
+            self.engine = make_vllm_engine(acc.unwrap_model(self.model), self.tokenizer, config.vllm, seed=seed)
+        else:
+            self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer, seed=seed)
         self.toolbox = _resolve_tools(tools)
         self.reward = _resolve_reward(reward)
         self.tasks = list(tasks)
@@ -178,11 +183,15 @@ class Trainer:
         kept_groups = [(g, a) for g, a, k in zip(groups, adv.tolist(), keep.tolist()) if k]
         extra = hooks.token_loss.prepare([g for g, _ in kept_groups], [a for _, a in kept_groups], self.tokenizer)
         upd = self._update([t for g, _ in kept_groups for t in g], [x for _, a in kept_groups for x in a], extra)
+        if cfg.engine != "transformers" and "skipped" not in upd:  # the engine samples the next step's rollouts
+            self.engine.sync_weights(acc.unwrap_model(self.model))
         t3 = time.perf_counter()
         # metrics, over every process
         self.step_count += 1
         metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
         times = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0}
+        if cfg.engine != "transformers" and "skipped" not in upd:
+            times["time/sync"] = self.engine.last_sync["seconds"]  # a part of time/update
         if acc.num_processes > 1:  # the step lasts as long as its slowest process
             times = {k: max(d[k] for d in _gather_dicts(times)) for k in times}
         metrics.update(times)
@@ -231,6 +240,7 @@ class Trainer:
         self.model.train()
         denom = max(n_tok, 1) if cfg.loss_level == "token" else max(len(trajs), 1)
         stats: dict[str, float] = Counter()
+        mismatch_max = 0.0
         batches = [list(range(i, min(i + cfg.micro_batch_size, len(trajs))))
                    for i in range(0, len(trajs), cfg.micro_batch_size)] or [[]]
         for bi, idx in enumerate(batches):
@@ -240,6 +250,7 @@ class Trainer:
                 loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx],
                                            [extra[i] for i in idx], denom)
                 acc.backward(loss)
+            mismatch_max = max(mismatch_max, s.pop("_mismatch_max"))
             for k, v in s.items():
                 stats[k] += v
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
@@ -248,8 +259,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if acc.num_processes > 1:  # token-weighted means over every process, not just this one
             stats = _sum_dicts(_gather_dicts(dict(stats)))
+            mismatch_max = max(d["m"] for d in _gather_dicts({"m": mismatch_max}))
         out = {k: v / max(stats.get("_weight", 1.0), 1e-12) for k, v in stats.items() if k != "_weight"}
         out["grad_norm"] = float(grad_norm)
+        out["logprob_mismatch/max"] = mismatch_max
         return out
 
     def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], extra: list[Any], denom: int):
@@ -258,7 +271,7 @@ class Trainer:
         cfg, dev = self.config, self.accelerator.device
         if not trajs:  # this process kept nothing: a zero loss that still touches every parameter (DDP)
             dummy = torch.tensor([[self.tokenizer.pad_token_id or 0]], device=dev)
-            return self.model(input_ids=dummy).logits.sum() * 0.0, {}
+            return self.model(input_ids=dummy).logits.sum() * 0.0, {"_mismatch_max": 0.0}
         width = max(len(t.ids) for t in trajs)
         pad = self.tokenizer.pad_token_id or 0
         ids = torch.full((len(trajs), width), pad, dtype=torch.long)
@@ -281,6 +294,13 @@ class Trainer:
         logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
             ent = -(logp_all.exp() * logp_all).sum(-1)
+            # |engine's log-prob - trainer's| on the sampled tokens: ~1e-6 for the transformers engine,
+            # a kernel/precision difference for vLLM (reported, never used in the update)
+            gap = (logp - old).abs() * mask
+        if cfg.engine != "transformers":
+            # One optimiser step per batch: these weights are the ones that sampled, so the trainer's own
+            # log-probs are the ratio's denominator and an engine mismatch cannot bias the update.
+            old = logp.detach()
         batch = MicroBatch(logp, logp_all, old, torch.tensor(advantages, dtype=torch.float32, device=dev), mask,
                            ent, start, extra, lambda full=False: self._ref_logprobs(ids, attn, tgt, full))
         loss, s = self.hooks.token_loss(batch, cfg)
@@ -288,7 +308,8 @@ class Trainer:
         with torch.no_grad():
             stats = {"loss": loss.item() * weight,
                      "entropy": float((ent * mask).sum() / mask.sum().clamp(min=1)) * weight,
-                     "_weight": weight}
+                     "logprob_mismatch/mean": float(gap.sum() / mask.sum().clamp(min=1)) * weight,
+                     "_mismatch_max": float(gap.max()) if gap.numel() else 0.0, "_weight": weight}
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
 
