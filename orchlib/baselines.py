@@ -20,26 +20,34 @@ checkers), else the first line of the last output. Baselines therefore measure r
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
 import re
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
+from orchlib.chat import CHAT_TEMPLATE, IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call, system_text
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.rollout import RolloutConfig, rollout, shown_preference
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["BASELINES", "EVAL_ROLLOUT", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "PromptMemo",
-           "run_routes", "try_routes", "route_stats", "choose", "make_baselines"]
+__all__ = ["BASELINES", "EVAL_ROLLOUT", "ROUTE_BATCH", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "PromptMemo",
+           "run_routes", "try_routes", "route_stats", "choose", "make_baselines", "collector_paused"]
+
+T = TypeVar("T")
 
 BASELINES: tuple[str, ...] = ("strongest", "cheapest", "random", "oracle")
+
+# Tasks per rollout when routes are tried: few enough that a batch's trajectories (each holds its
+# prompt's ids three times over) stay small for the garbage collector, many enough to batch the engine.
+ROUTE_BATCH = 128
 
 # Evaluation gives more room than the training default (48 new ids, 4 turns): a shop write call is
 # ~55 ids of the default tokenizer, and a two-step shop task needs three turns before its answer. The
@@ -77,19 +85,39 @@ class PromptMemo:
 
     Rendered prompts (`apply_chat_template(..., tokenize=False)`), their ids and the text of those ids
     are kept for the life of the memo (one `try_routes` and the baselines built on it); other short
-    texts (the calls a route writes) in a small LRU."""
+    texts (the calls a route writes) in a small LRU. Two more savings, each exact:
+
+    - with orchlib's own template (`orchlib.chat.CHAT_TEMPLATE`) a system-and-user prompt is put
+      together from `chat.system_text`, byte-identical to the template, and the system turn (the tool
+      list) is rendered once for all tasks;
+    - a fast tokenizer cuts text at its added tokens (`<|im_end|>`, ...) before anything else and
+      encodes the pieces apart, so a prompt's ids are its pieces' ids in order: the system piece, the
+      same for every task, is encoded once. Only for tokenizers where that cut is exact (no added token
+      strips spaces or matches on normalised text, no Metaspace pre-tokenizer); the first prompts are
+      checked against a whole encoding, and any difference turns it off.
+    """
 
     SHORT = 1024  # LRU entries for other texts: a route's call is the same text on every task
+    CHECKED = 2   # prompts encoded both ways before the piece-wise encoding is trusted
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self._rendered: dict[tuple, str] = {}        # (messages, tools, options) → prompt text
-        self._prompt_ids: dict[str, list[int]] = {}  # prompt text → ids
+        self._systems: dict[tuple, str] = {}         # (system text, tools) → rendered system turn
+        # prompt text → ids (a tuple: ints only, so the garbage collector stops walking it)
+        self._prompt_ids: dict[str, tuple[int, ...] | None] = {}
         # prompt ids → text (filled on first decode), found by length and last ids, then compared whole
         self._decoded: dict[tuple, list[list]] = {}
         self._short: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
         self._tools_json: OrderedDict[tuple[int, ...], tuple[list, str]] = OrderedDict()
         self._short_text: OrderedDict[tuple[int, ...], str] = OrderedDict()
+        self._pieces: dict[str, tuple[int, ...]] = {}  # a piece between added tokens → its ids
+        self._split, self._added = _added_token_split(tokenizer)
+        self._checked = 0
+        self._canon: dict[int, int] = {}  # id → the one int object that stands for it (see _ints)
+        self._piece_text: dict[str, str] = {}  # a piece → the text its ids decode to
+        self._decode_by_pieces = self._split is not None
+        self._own_template = getattr(tokenizer, "chat_template", None) == CHAT_TEMPLATE
 
     @classmethod
     def of(cls, tokenizer) -> PromptMemo:
@@ -108,12 +136,33 @@ class PromptMemo:
                     for m in conversation)  # the rollout's system and user turns: no JSON needed for a key
         turns = tuple((m["role"], m["content"]) for m in conversation) if plain else json.dumps(
             conversation, sort_keys=True, default=str)
-        key = (turns, self._tools_key(tools), tuple(sorted((k, repr(v)) for k, v in kw.items())))
+        tools_key = self._tools_key(tools)
+        key = (turns, tools_key, tuple(sorted((k, repr(v)) for k, v in kw.items())))
         text = self._rendered.get(key)
         if text is None:
-            text = self._rendered[key] = self.tokenizer.apply_chat_template(conversation, tools=tools, **kw)
-            self._prompt_ids.setdefault(text, [])
+            text = self._own_render(turns, tools, tools_key, kw) if plain else None
+            if text is None:
+                text = self.tokenizer.apply_chat_template(conversation, tools=tools, **kw)
+            self._rendered[key] = text
+            self._prompt_ids.setdefault(text, None)
         return text
+
+    def _own_render(self, turns: tuple, tools, tools_key, kw: dict) -> str | None:
+        """CHAT_TEMPLATE's text for a system turn (optional) and one user turn, or None for anything else."""
+        if not self._own_template or set(kw) - {"tokenize", "add_generation_prompt"}:
+            return None
+        roles = [r for r, _ in turns]
+        if roles not in (["system", "user"], ["user"]):
+            return None
+        system = turns[0][1] if roles[0] == "system" else None
+        head = ""
+        if tools or system is not None:  # the template opens a system turn for either
+            found = self._systems.get((system, tools_key))
+            if found is None:
+                found = self._systems[(system, tools_key)] = system_text(system or "", tools or None)
+            head = found
+        tail = f"{IM_START}assistant\n" if kw.get("add_generation_prompt") else ""
+        return f"{head}{IM_START}user\n{turns[-1][1]}{IM_END}\n{tail}"
 
     def _tools_key(self, tools) -> str | None:
         """The tool list as JSON, found by the identity of its dicts when a toolbox hands out the same
@@ -131,16 +180,16 @@ class PromptMemo:
     def encode(self, text: str, add_special_tokens: bool = True, **kw) -> list[int]:
         if kw:
             return self.tokenizer.encode(text, add_special_tokens=add_special_tokens, **kw)
-        ids = self._prompt_ids.get(text) if add_special_tokens is False else None
-        if ids is not None:  # a rendered prompt: a fresh list of the same ids
-            if not ids:
-                ids = self._prompt_ids[text] = list(self.tokenizer.encode(text, add_special_tokens=False))
-                self._decoded.setdefault(self._tail(ids), []).append([ids, None])
+        if add_special_tokens is False and text in self._prompt_ids:  # a rendered prompt: a fresh list of its ids
+            ids = self._prompt_ids[text]
+            if ids is None:
+                ids = self._prompt_ids[text] = self._encode_prompt(text)
+                self._decoded.setdefault(self._tail(ids), []).append([ids, None, text])
             return list(ids)
         key = (text, add_special_tokens)
         ids = self._short.get(key)
         if ids is None:
-            ids = list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+            ids = list(self._ints(self.tokenizer.encode(text, add_special_tokens=add_special_tokens)))
             if len(text) <= 4096:
                 self._short[key] = ids
                 if len(self._short) > self.SHORT:
@@ -148,6 +197,55 @@ class PromptMemo:
         else:
             self._short.move_to_end(key)
         return list(ids)
+
+    def _ints(self, ids) -> tuple[int, ...]:
+        """`ids` as one shared int object per id value: every trajectory's ids list then points into a
+        vocabulary-sized set of ints rather than millions of copies (memory, and the garbage collector's
+        walks over those lists, which touch every element)."""
+        return tuple(map(self._canon.setdefault, ids, ids))
+
+    def _encode_prompt(self, text: str) -> tuple[int, ...]:
+        if self._split is None:
+            return self._ints(self.tokenizer.encode(text, add_special_tokens=False))
+        out: list[int] = []
+        for piece in self._split.split(text):
+            if not piece:
+                continue
+            if piece in self._added:
+                out.append(self._added[piece])
+                continue
+            ids = self._pieces.get(piece)
+            if ids is None:
+                ids = self._ints(self.tokenizer.encode(piece, add_special_tokens=False))
+                if len(self._pieces) < 100_000:
+                    self._pieces[piece] = ids
+            out += ids
+        if self._checked < self.CHECKED:  # trust, but check the first prompts against a whole encoding
+            self._checked += 1
+            whole = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            if whole != tuple(out):
+                self._split, self._pieces = None, {}
+                return self._ints(whole)
+            # and their text against a whole decoding, piece by piece (see _decode_prompt)
+            if self._decode_by_pieces and self._decode_prompt(text) != self.tokenizer.decode(
+                    list(whole), skip_special_tokens=False):
+                self._decode_by_pieces = False
+        return tuple(out)
+
+    def _decode_prompt(self, text: str) -> str:
+        """The decoded ids of a rendered prompt, piece by piece: each piece between added tokens is
+        decoded once (the system turn, once for all tasks), an added token is its own text."""
+        parts = []
+        for piece in self._split.split(text):
+            if not piece or piece in self._added:
+                parts.append(piece)
+                continue
+            found = self._piece_text.get(piece)
+            if found is None:
+                ids = self._pieces.get(piece) or self.tokenizer.encode(piece, add_special_tokens=False)
+                found = self._piece_text[piece] = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+            parts.append(found)
+        return "".join(parts)
 
     @staticmethod
     def _tail(ids) -> tuple:
@@ -157,10 +255,13 @@ class PromptMemo:
         if kw or skip_special_tokens:
             return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, **kw)
         if len(ids) > 256:  # a prompt (kept), or a longer conversation (not kept)
-            for entry in self._decoded.get(self._tail(ids), ()):
-                if entry[0] == ids:
+            entries = self._decoded.get(self._tail(ids), ())
+            whole = tuple(ids) if entries else ()
+            for entry in entries:
+                if entry[0] == whole:
                     if entry[1] is None:
-                        entry[1] = self.tokenizer.decode(ids, skip_special_tokens=False)
+                        entry[1] = (self._decode_prompt(entry[2]) if self._decode_by_pieces and self._split
+                                    else self.tokenizer.decode(list(whole), skip_special_tokens=False))
                     return entry[1]
             return self.tokenizer.decode(ids, skip_special_tokens=False)
         key = tuple(ids)
@@ -172,6 +273,24 @@ class PromptMemo:
         else:
             self._short_text.move_to_end(key)
         return text
+
+
+def _added_token_split(tokenizer) -> tuple[re.Pattern | None, dict[str, int]]:
+    """(a pattern cutting text at the added tokens, added token → id), or (None, {}) when a tokenizer
+    does not encode the text between its added tokens independently (see PromptMemo)."""
+    added = getattr(tokenizer, "added_tokens_decoder", None)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not added or backend is None or "Metaspace" in repr(backend.pre_tokenizer):
+        return None, {}
+    tokens = list(added.values())
+    if any(getattr(t, a, True) for t in tokens for a in ("lstrip", "rstrip", "single_word")):
+        return None, {}
+    if backend.normalizer is not None and any(getattr(t, "normalized", True) for t in tokens):
+        return None, {}
+    by_text = {t.content: i for i, t in added.items()}
+    # Longest first: where one added token starts another, the longer one is matched (leftmost-longest).
+    pattern = re.compile("(" + "|".join(re.escape(c) for c in sorted(by_text, key=len, reverse=True)) + ")")
+    return pattern, by_text
 
 
 # ---------------------------------------------------------------------------------------------- engine
@@ -196,24 +315,39 @@ class RouteEngine(ScriptedEngine):
 
     def __init__(self, tokenizer, tasks: Sequence[Task], plan: Mapping[str, str],
                  task_routes: Mapping[str, Mapping[str, list[ToolCall]]], name: str = "route"):
-        super().__init__(tokenizer, self._turn)
-        self.name = name
         self.plan = dict(plan)
-        self._by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]] = {}
+        by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]] = {}
         for t in tasks:
             if t.id not in self.plan:
                 continue
             pref = shown_preference(t).render()  # as the rollout renders it
-            self._by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
+            by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
+        # The script is an object of its own, not a bound method: an engine that held its own method
+        # would be a cycle, kept (with every episode it followed) until the garbage collector ran.
+        super().__init__(tokenizer, _RouteScript(name, by_key))
+        self.name = name
 
-    def _turn(self, prompt_text: str, turn: int) -> str:
-        key = _prompt_key(prompt_text)
-        if key not in self._by_key:  # P not shown in the prompt (show_preference=False): the prompt alone
-            same = [k for k in self._by_key if k[0] == key[0]]
+
+class _RouteScript:
+    """The turn a RouteEngine writes, from the conversation so far."""
+
+    def __init__(self, name: str, by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]]):
+        self.name, self.by_key = name, by_key
+        self.first: dict[str, tuple[str, str]] = {}  # first prompt → its (task prompt, P line)
+
+    def __call__(self, prompt_text: str, turn: int) -> str:
+        # A first prompt is the same text on every route of its task: its key is found once.
+        key = self.first.get(prompt_text) if turn == 0 else None
+        if key is None:
+            key = _prompt_key(prompt_text)
+            if turn == 0:
+                self.first[prompt_text] = key
+        if key not in self.by_key:  # P not shown in the prompt (show_preference=False): the prompt alone
+            same = [k for k in self.by_key if k[0] == key[0]]
             if len(same) != 1:  # built for other tasks, or ambiguous: a bug, not a wrong answer
                 raise KeyError(f"{self.name}: no single planned route for task prompt {key[0][:60]!r} ({key[1]})")
             key = same[0]
-        task, calls = self._by_key[key]
+        task, calls = self.by_key[key]
         if turn < len(calls):
             return render_call(calls[turn])
         shown = _RESPONSE.findall(prompt_text[prompt_text.index(_USER):])
@@ -246,15 +380,43 @@ class Trials:
 def _route_batches(tasks: list[Task], toolbox, tokenizer, config: RolloutConfig | None, seed: int | None,
                    task_routes: Mapping[str, Mapping[str, list[ToolCall]]],
                    ) -> Iterator[tuple[list[Task], dict[str, str], list[Trajectory]]]:
-    """(tasks, task id → label, trajectories) of the r-th route of every task, one batch per r, so a
-    caller can keep what it needs of a batch and let its trajectories go."""
+    """(tasks, task id → label, trajectories) of the r-th route of every task, in batches of at most
+    ROUTE_BATCH tasks, so a caller can keep what it needs of a batch and let its trajectories go (a route
+    is written, not sampled: how tasks are batched changes nothing in a trajectory)."""
     tokenizer = PromptMemo.of(tokenizer)  # the prompt of a task is the same on every route
     depth = max((len(r) for r in task_routes.values()), default=0)
     for r in range(depth):
-        batch = [t for t in tasks if len(task_routes[t.id]) > r]
-        plan = {t.id: list(task_routes[t.id])[r] for t in batch}
-        engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
-        yield batch, plan, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)
+        tasks_r = [t for t in tasks if len(task_routes[t.id]) > r]
+        for start in range(0, len(tasks_r), ROUTE_BATCH):
+            # Nothing of a batch stays in this frame: its trajectories go as soon as the caller drops them.
+            yield _route_batch(tasks_r[start:start + ROUTE_BATCH], r, toolbox, tokenizer, config, seed, task_routes)
+
+
+def _route_batch(batch: list[Task], r: int, toolbox, tokenizer, config: RolloutConfig | None, seed: int | None,
+                 task_routes: Mapping[str, Mapping[str, list[ToolCall]]],
+                 ) -> tuple[list[Task], dict[str, str], list[Trajectory]]:
+    plan = {t.id: list(task_routes[t.id])[r] for t in batch}
+    engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
+    return batch, plan, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Automatic garbage collection off for one batch of episodes, then back as it was.
+
+    Every trajectory holds its prompt's ids three times over (ids, mask, log-probs), and the collector
+    walks every element of every list it finds among young objects: on replayed routes that walk cost
+    more than the episodes themselves (benchmarks/bench_replay.py). Reference counting still frees
+    everything that is not a cycle; the cycles a batch leaves are collected once it is done. Only
+    automatic collection is paused (process-wide, for the batch); a collector someone turned off
+    stays off."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
@@ -273,6 +435,18 @@ def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig 
     return runs
 
 
+def _paused_batches(batches: Iterator[T]) -> Iterator[T]:
+    """Each item of `batches` produced, and then used by the caller, with the collector paused; it
+    runs between items (see collector_paused)."""
+    while True:
+        with collector_paused():
+            item = next(batches, None)
+            if item is None:
+                return
+            yield item
+            del item
+
+
 def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
                seed: int | None = 0) -> Trials:
     """Run every route of every task once and keep each run's outcome, cost and latency (the
@@ -281,9 +455,11 @@ def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig 
     task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
     memo = PromptMemo.of(tokenizer)
     results: dict[str, dict[str, RouteResult]] = {t.id: {} for t in tasks}
-    for batch, plan, trajectories in _route_batches(tasks, toolbox, memo, config, seed, task_routes):
+    for batch, plan, trajectories in _paused_batches(_route_batches(tasks, toolbox, memo, config, seed,
+                                                                    task_routes)):
         for t, tr in zip(batch, trajectories):
             results[t.id][plan[t.id]] = RouteResult(tr.outcome, tr.cost_usd, tr.latency_s)
+        del trajectories
     return Trials(tasks, task_routes, results, memo)
 
 

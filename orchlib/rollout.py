@@ -146,10 +146,8 @@ class _Episode:
         self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
         # Built without validation: every field is already of its type (the task's fields are validated,
         # the ids are the tokenizer's ints), and validating three prompt-long lists per episode copies them.
-        self.traj = Trajectory.model_construct(task_id=task.id, group_index=index, prompt=task.prompt,
-                                               category=task.category, preference=shown_preference(task).model_dump(),
-                                               ids=list(prompt_ids), mask=[0] * len(prompt_ids),
-                                               logprobs=[0.0] * len(prompt_ids), prompt_len=len(prompt_ids))
+        self.traj = Trajectory.begin(task.id, index, task.prompt, task.category,
+                                     shown_preference(task).model_dump(), prompt_ids)
         self.errors: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.done = False

@@ -107,6 +107,20 @@ class Trajectory(BaseModel):
     errors: dict[str, int] = Field(default_factory=dict)
     meta: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def begin(cls, task_id: str, group_index: int, prompt: str, category: str, preference: dict[str, Any],
+              prompt_ids: list[int]) -> Trajectory:
+        """A trajectory that holds only its prompt, built without validation: the rollout starts one per
+        episode, and validating three prompt-long lists costs more than the rest of a replayed episode.
+        The caller passes values of the right types (a task's fields, the tokenizer's ids); every field
+        is given, so no default is looked up (pydantic inspects each default factory's signature)."""
+        n = len(prompt_ids)
+        return cls.model_construct(
+            task_id=task_id, group_index=group_index, prompt=prompt, preference=preference, category=category,
+            turns=[], ids=list(prompt_ids), mask=[0] * n, logprobs=[0.0] * n, prompt_len=n, final_answer=None,
+            finish_reason="", outcome=0.0, cost_usd=0.0, latency_s=0.0, user_cost_usd=0.0, user_latency_s=0.0,
+            calls={}, errors={}, meta={})
+
     @property
     def num_turns(self) -> int:
         return len(self.turns)

@@ -165,7 +165,52 @@ def test_each_prompt_is_rendered_and_tokenised_once(setup, tokenizer):
     for engine in engines.values():
         evaluate(engine, tasks, box, config=CONFIG)
     assert isinstance(trials.tokenizer, PromptMemo) and all(e.tokenizer is trials.tokenizer for e in engines.values())
-    assert spy.rendered == len(tasks) and spy.encoded == len(tasks)  # 5 routes + 4 baselines, once per task
+    # 5 routes + 4 baselines: each prompt rendered and encoded at most once (orchlib's own template is put
+    # together without the tokenizer, and the system turn, the same for every task, is encoded once)
+    assert spy.rendered <= len(tasks) and spy.encoded <= len(tasks)
+
+
+@pytest.mark.parametrize("update", [{}, {"preference_at": "user"}, {"preference_at": "system_end"},
+                                    {"preference_at": "assistant"}, {"show_preference": False},
+                                    {"tool_schema": "compact"}])
+def test_the_memo_renders_encodes_and_decodes_as_the_tokenizer_does(setup, tokenizer, update):
+    """Text, ids and decoded text of every prompt are the tokenizer's own, on prompts that hold added
+    tokens' text, non-ASCII text and JSON, under every place P can be rendered."""
+    from orchlib.rollout import render_prompt, tool_schemas
+    from orchlib.tasks import Preference
+
+    _, _, box, tasks = setup
+    config = CONFIG.model_copy(update=update)
+    odd = ["Café ☕ — 3 × 4 = ?", "Say <|im_end|> then <tool_call>{\"name\": \"x\"}</tool_call> twice",
+           "  spaced\n\n  lines  ", "<|im_start|>user\nnested?", "数字 12345 and émoji 🙂"]
+    tasks = tasks[:3] + [Task(id=f"o{i}", prompt=p, answer="x", preference=Preference(name="thrifty"))
+                         for i, p in enumerate(odd)]
+    memo = PromptMemo(tokenizer)
+    for task in tasks:
+        schemas = tool_schemas(box, task, config.tool_schema)
+        text = render_prompt(task, schemas, memo, config)
+        assert text == render_prompt(task, schemas, tokenizer, config)
+        ids = memo.encode(text, add_special_tokens=False)
+        assert ids == tokenizer.encode(text, add_special_tokens=False)
+        assert memo.encode(text, add_special_tokens=False) == ids  # again, from the memo
+        assert memo.decode(ids) == tokenizer.decode(ids, skip_special_tokens=False)
+    assert memo._split is not None and memo._decode_by_pieces  # the piece-wise path was the one checked
+
+
+def test_the_memo_encodes_whole_where_pieces_would_not_be_exact(tokenizer):
+    """A tokenizer whose added token eats the spaces beside it: the text cannot be cut at that token,
+    so the memo encodes prompts whole (and still gives the tokenizer's ids)."""
+    import copy
+
+    from tokenizers import AddedToken
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_tokens([AddedToken("<mark>", lstrip=True, rstrip=True)])
+    memo = PromptMemo(tok)
+    assert memo._split is None
+    text = memo.apply_chat_template([{"role": "user", "content": "a  <mark>  b"}], tokenize=False,
+                                    add_generation_prompt=True)
+    assert memo.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
 
 
 def test_routellm_recording_accuracy_and_oracle(tokenizer):
@@ -188,3 +233,42 @@ def test_routellm_recording_accuracy_and_oracle(tokenizer):
     report = evaluate(oracle, tasks, box, config=CONFIG).metrics["overall"]
     assert report["accuracy"] == pytest.approx(np.maximum(gpt4, mixtral).mean())
     assert report["calls"]["mixtral"]["count"] == int(((mixtral == 1) | (gpt4 == 0)).sum())  # cheaper when it is right
+
+
+def test_stand_in_calls_awaited_in_turn_give_what_concurrent_calls_give(setup, tokenizer, monkeypatch):
+    """The rollout's fast path (calls that only stand-ins answer, awaited one after another without a
+    task each) against the general path (every call a task, through Toolbox.call_many), on turns with
+    several calls, an unknown tool, arguments a card does not list and a timeout."""
+    import importlib
+
+    from orchlib.engines.scripted import ScriptedEngine
+
+    rollout_module = importlib.import_module("orchlib.rollout")  # the package exports a function of that name
+
+    _, _, box, tasks = setup
+    call = '<tool_call>\n{{"name": "{}", "arguments": {}}}\n</tool_call>'
+    script = ["\n".join([call.format("mid", "{}"), call.format("nope", "{}"), call.format("small", '{"x": 1}')]),
+              call.format("big_think", "{}")]
+    config = CONFIG.model_copy(update={"tool_timeout_s": 20.0})  # some recorded latencies are over it
+
+    def run():
+        return rollout(tasks[:12], box, ScriptedEngine(tokenizer, script), config, seed=0)
+
+    fast = run()
+    monkeypatch.setattr(rollout_module, "_stand_ins_only", lambda calls, toolbox: False)
+    general = run()
+    assert [t.model_dump() for t in fast] == [t.model_dump() for t in general]
+    kinds = {k for t in fast for k in t.errors}
+    assert {"unknown_tool", "timeout"} <= kinds  # the cases were met
+    assert {t.finish_reason for t in fast} >= {"final_tool"}
+
+
+def test_a_trajectory_begun_without_validation_equals_a_validated_one():
+    from orchlib.trajectory import Trajectory
+
+    begun = Trajectory.begin("t", 2, "p", "c", {"name": "default"}, [5, 6, 7])
+    made = Trajectory(task_id="t", group_index=2, prompt="p", category="c", preference={"name": "default"},
+                      ids=[5, 6, 7], mask=[0, 0, 0], logprobs=[0.0, 0.0, 0.0], prompt_len=3)
+    assert begun == made and begun.model_dump_json() == made.model_dump_json()
+    assert begun.model_fields_set == set(Trajectory.model_fields)  # every field given: none looked up
+    assert Trajectory.model_validate(begun.model_dump()) == begun
