@@ -7,7 +7,8 @@ the figures a user wants from it are computed twice, side by side:
 
 - orchlib   replay cards from the file (`replay_cards`), every route of every task run once through
             the rollout (`try_routes`), the four baselines (`make_baselines`) each evaluated
-            (`evaluate`), then the frontier, APGR and AIQ of the routes;
+            (`evaluate`, 128 tasks at a time, trajectories streamed to JSONL files), then the frontier,
+            APGR and AIQ of the routes;
 - numpy     the same figures straight from the recording: grades and costs as (task × model) arrays.
 
 The policy's own tokens are priced at 0 and take 0 s here, so both sides count the tools alone (the
@@ -168,7 +169,8 @@ def _hull(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------------------------------- orchlib
 def orchlib_figures(path: Path, questions: list[dict], n_models: int, tok, seed: int = 0) -> dict:
-    """The same figures as a user of orchlib gets them. `tok`: the policy's tokenizer (built once, apart)."""
+    """The same figures as a user of orchlib gets them. `tok`: the policy's tokenizer (built once, apart).
+    Each baseline's trajectories are written to a JSONL file beside the recording as they come."""
     from orchlib.baselines import make_baselines, route_stats, try_routes
     from orchlib.evaluate import EVAL_ROLLOUT, aiq, evaluate, frontier, pgr
     from orchlib.tasks import Task
@@ -184,7 +186,8 @@ def orchlib_figures(path: Path, questions: list[dict], n_models: int, tok, seed:
                                              "policy_seconds_per_token": 0.0, "tool_timeout_s": 600.0})
     trials = try_routes(tasks, box, tok, config)
     engines = make_baselines(tasks, box, tok, trials=trials, config=config, seed=seed)
-    reports = {name: evaluate(engine, tasks, box, config=config) for name, engine in engines.items()}
+    reports = {name: evaluate(engine, tasks, box, config=config, batch_size=128,
+                              trajectories_to=path.parent / f"{name}.jsonl") for name, engine in engines.items()}
     stats = route_stats(trials)["bench"]
     out = {"routes": {k: (v["accuracy"], v["cost_usd"], v["latency_s"]) for k, v in stats.items()},
            "baselines": {k: (r.metrics["overall"]["accuracy"], r.metrics["overall"]["cost_usd"],

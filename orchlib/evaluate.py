@@ -21,8 +21,11 @@ The cost–accuracy summaries follow the routing literature:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +34,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from orchlib.atomic import write_text_atomic
-from orchlib.baselines import BASELINES, EVAL_ROLLOUT, make_baselines, try_routes
+from orchlib.baselines import BASELINES, EVAL_ROLLOUT, collector_paused, make_baselines, try_routes
 from orchlib.baselines import run_routes
 from orchlib.chat import CALL_OPENING
 from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_preference, tool_schemas
 from orchlib.tasks import PROFILES, Preference, Task
 from orchlib.trajectory import Trajectory, write_jsonl
 
-__all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metrics", "compare", "reward_across",
+__all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare", "reward_across",
            "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
            "BASELINES", "make_baselines", "try_routes", "choice_gap", "reference_runs", "anchored_reward",
            "under_profiles"]
@@ -46,8 +49,9 @@ __all__ = ["EVAL_ROLLOUT", "EvalReport", "evaluate", "summarize", "compute_metri
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-def summarize(trajectories: Sequence[Trajectory], rewards: Sequence[float] | None = None) -> dict[str, Any]:
-    """The numbers of one set of trajectories (means are per trajectory)."""
+def summarize(trajectories: Sequence[Trajectory | TrajectoryFigures], rewards: Sequence[float] | None = None
+              ) -> dict[str, Any]:
+    """The numbers of one set of trajectories, or of their TrajectoryFigures (means are per trajectory)."""
     n = len(trajectories)
     if n == 0:
         return {"n": 0}
@@ -59,10 +63,7 @@ def summarize(trajectories: Sequence[Trajectory], rewards: Sequence[float] | Non
         calls.update(t.calls)
         kinds.update(t.errors)
         finish[t.finish_reason or "unfinished"] += 1
-        for turn in t.turns:
-            for obs in turn.observations:
-                if obs.error_kind:
-                    by_tool[obs.tool or "(policy)"] += 1  # "" = rejected before any tool was found
+        by_tool.update(_error_tools(t))
     total_calls = sum(calls.values())
     n_err = sum(kinds.values())
     out: dict[str, Any] = {
@@ -86,11 +87,42 @@ def summarize(trajectories: Sequence[Trajectory], rewards: Sequence[float] | Non
     return out
 
 
-def _profile(t: Trajectory) -> str:
+def _error_tools(t: Trajectory | TrajectoryFigures) -> tuple[str, ...]:
+    """The tool of each error observation, in order ("(policy)": rejected before a tool was found)."""
+    if isinstance(t, TrajectoryFigures):
+        return t.error_tools
+    return tuple(obs.tool or "(policy)" for turn in t.turns for obs in turn.observations if obs.error_kind)
+
+
+def _profile(t: Trajectory | TrajectoryFigures) -> str:
     return str(t.preference.get("name") or "default")
 
 
-def compute_metrics(trajectories: Sequence[Trajectory], rewards: Sequence[float] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrajectoryFigures:
+    """What the metrics read of one trajectory: all `evaluate` keeps of it when the trajectories are
+    written to a file as they come (`trajectories_to`). `summarize` and `compute_metrics` take these
+    or trajectories alike."""
+
+    task_id: str
+    category: str
+    preference: dict[str, Any]
+    outcome: float
+    cost_usd: float
+    latency_s: float
+    num_turns: int
+    calls: dict[str, int]
+    errors: dict[str, int]
+    finish_reason: str
+    error_tools: tuple[str, ...]
+
+    @classmethod
+    def of(cls, t: Trajectory) -> TrajectoryFigures:
+        return cls(t.task_id, t.category, t.preference, t.outcome, t.cost_usd, t.latency_s, t.num_turns,
+                   t.calls, t.errors, t.finish_reason, _error_tools(t))
+
+
+def compute_metrics(trajectories: Sequence[Trajectory | TrajectoryFigures], rewards: Sequence[float] | None = None) -> dict[str, Any]:
     """`summarize` overall, per category and per preference profile."""
     groups: dict[str, dict[str, list[int]]] = {"by_category": defaultdict(list), "by_profile": defaultdict(list)}
     for i, t in enumerate(trajectories):
@@ -154,6 +186,9 @@ class EvalReport:
     metrics: dict[str, Any]
     trajectories: list[Trajectory] = field(repr=False)
     rewards: list[float] | None = field(default=None, repr=False)
+    # Where the trajectories were written as they came (`evaluate(trajectories_to=...)`); `trajectories`
+    # is then empty and `read_jsonl(trajectories_path)` reads them back.
+    trajectories_path: Path | None = None
 
     def table(self) -> str:
         """Overall, per category and per profile, one row each."""
@@ -172,7 +207,11 @@ class EvalReport:
         folder.mkdir(parents=True, exist_ok=True)
         write_text_atomic(folder / "metrics.json", self.to_json() + "\n")
         write_text_atomic(folder / "table.txt", self.table() + "\n")
-        write_jsonl(self.trajectories, folder / "trajectories.jsonl")
+        target = folder / "trajectories.jsonl"
+        if self.trajectories_path is None:
+            write_jsonl(self.trajectories, target)
+        elif not (target.exists() and target.samefile(self.trajectories_path)):
+            _copy_atomic(self.trajectories_path, target)
         return folder
 
 
@@ -199,18 +238,88 @@ def compare(reports: Mapping[str, EvalReport] | Sequence[EvalReport],
 
 # ---------------------------------------------------------------------------------------------- evaluate
 def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: RolloutConfig | None = None,
-             group_size: int = 1, name: str | None = None, seed: int | None = 0) -> EvalReport:
+             group_size: int = 1, name: str | None = None, seed: int | None = 0, *,
+             batch_size: int | None = None, trajectories_to: str | os.PathLike | None = None) -> EvalReport:
     """Run `policy` (an Engine: a trained orchestrator or a baseline) on every task, `group_size` times.
 
     `reward` is an `orchlib.reward.Reward` (or any `fn(group, P=...) -> array`); rewards are computed per
     task group under the task's own P, so with `group_size=1` group-normalised terms are degenerate.
+
+    At scale: `batch_size` runs the tasks `batch_size` at a time (one rollout each; None: all at once),
+    with automatic garbage collection paused while a batch runs (`orchlib.baselines.collector_paused`).
+    A written policy (a baseline) gives the same trajectories either way; a sampling one draws per batch,
+    so its samples depend on the batch size. `trajectories_to` writes the trajectories to that JSONL file
+    batch by batch (it appears whole, or not at all) and keeps only what the metrics need of each
+    (`TrajectoryFigures`): the report's `trajectories` is then empty and `trajectories_path` says where
+    they are.
     """
     tasks = list(tasks)
     config = config or EVAL_ROLLOUT
-    trajectories = rollout(tasks, toolbox, policy, config, group_size=group_size, seed=seed)
-    rewards = _group_rewards(trajectories, tasks, group_size, reward) if reward is not None else None
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     label = name or getattr(policy, "name", None) or type(policy).__name__
-    return EvalReport(label, compute_metrics(trajectories, rewards), trajectories, rewards)
+    step = batch_size or max(len(tasks), 1)
+    kept: list[Trajectory | TrajectoryFigures] = []
+    rewards: list[float] | None = [] if reward is not None else None
+    paused = collector_paused if batch_size is not None else contextlib.nullcontext
+    with _JsonlSink(trajectories_to) as sink:
+        for start in range(0, len(tasks), step):
+            batch = tasks[start:start + step]
+            with paused():
+                trajectories = rollout(batch, toolbox, policy, config, group_size=group_size, seed=seed)
+                if rewards is not None:
+                    rewards += _group_rewards(trajectories, batch, group_size, reward)
+                if sink is None:
+                    kept += trajectories
+                else:
+                    sink.write(trajectories)
+                    kept += [TrajectoryFigures.of(t) for t in trajectories]
+                del trajectories
+    metrics = compute_metrics(kept, rewards)
+    if trajectories_to is None:
+        return EvalReport(label, metrics, kept, rewards)  # type: ignore[arg-type]  (trajectories, all)
+    return EvalReport(label, metrics, [], rewards, trajectories_path=Path(trajectories_to))
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    """Copy `source` to a temporary file beside `target`, then rename it over `target`."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except BaseException:  # remove the partial copy; the error reaches the caller unchanged
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _JsonlSink:
+    """Trajectories appended to a temporary file beside `path`, renamed over it on success and removed
+    on failure, so a reader never sees half a run. `None`: no file (the context gives None)."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = None if path is None else Path(path)
+
+    def __enter__(self) -> _JsonlSink | None:
+        if self.path is None:
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        self.tmp = Path(tmp)
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
+        return self
+
+    def write(self, trajectories: Sequence[Trajectory]) -> None:
+        self.file.write("".join(t.model_dump_json() + "\n" for t in trajectories))
+
+    def __exit__(self, kind, error, tb) -> None:
+        if self.path is None:
+            return
+        self.file.close()
+        if kind is None:
+            os.replace(self.tmp, self.path)
+        else:  # remove the partial file; the error reaches the caller unchanged
+            self.tmp.unlink(missing_ok=True)
 
 
 def reward_across(reports: Mapping[str, EvalReport], reward) -> dict[str, float]:
@@ -221,6 +330,10 @@ def reward_across(reports: Mapping[str, EvalReport], reward) -> dict[str, float]
     more where it was right more cheaply, faster, or with the tools P favours, than the others.
     The reports must cover the same tasks in the same order, one trajectory per task."""
     names = list(reports)
+    streamed = [n for n in names if reports[n].trajectories_path is not None and not reports[n].trajectories]
+    if streamed:
+        raise ValueError(f"reward_across needs the trajectories in memory; {streamed[0]!r} wrote them to "
+                         f"{reports[streamed[0]].trajectories_path} (read them back with read_jsonl)")
     runs = [reports[n].trajectories for n in names]
     ids = [t.task_id for t in runs[0]]
     if any([t.task_id for t in r] != ids for r in runs[1:]):

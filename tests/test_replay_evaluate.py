@@ -272,3 +272,45 @@ def test_a_trajectory_begun_without_validation_equals_a_validated_one():
     assert begun == made and begun.model_dump_json() == made.model_dump_json()
     assert begun.model_fields_set == set(Trajectory.model_fields)  # every field given: none looked up
     assert Trajectory.model_validate(begun.model_dump()) == begun
+
+
+def test_evaluate_in_batches_streamed_to_a_file_gives_the_same_report(setup, tokenizer, tmp_path):
+    """Batches of 7 tasks, trajectories written as they come: the same metrics and rewards as one
+    rollout kept in memory, and the file holds exactly the trajectories the plain run returns."""
+    from orchlib.evaluate import reward_across
+    from orchlib.trajectory import read_jsonl
+
+    _, _, box, tasks = setup
+    trials = try_routes(tasks, box, tokenizer, CONFIG)
+    engine = make_baselines(tasks, box, tokenizer, names=["random"], trials=trials, config=CONFIG)["random"]
+
+    def reward(group, P=None):  # any function of the group: cost and outcome, per trajectory
+        return np.array([t.outcome - 100 * t.cost_usd for t in group])
+
+    plain = evaluate(engine, tasks, box, reward=reward, config=CONFIG)
+    path = tmp_path / "runs" / "random.jsonl"
+    streamed = evaluate(engine, tasks, box, reward=reward, config=CONFIG, batch_size=7, trajectories_to=path)
+    assert streamed.metrics == plain.metrics and streamed.rewards == plain.rewards
+    assert streamed.trajectories == [] and streamed.trajectories_path == path
+    assert read_jsonl(path) == plain.trajectories
+    assert not [p for p in path.parent.iterdir() if p.name != path.name]  # no temporary file left
+    batched = evaluate(engine, tasks, box, config=CONFIG, batch_size=7)  # in memory, in batches
+    assert batched.trajectories == plain.trajectories
+    saved = streamed.save(tmp_path / "report")
+    assert read_jsonl(saved / "trajectories.jsonl") == plain.trajectories
+    with pytest.raises(ValueError, match="needs the trajectories in memory"):
+        reward_across({"a": plain, "b": streamed}, reward)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        evaluate(engine, tasks, box, config=CONFIG, batch_size=0)
+
+
+def test_a_failed_streamed_evaluation_leaves_no_file(setup, tokenizer, tmp_path):
+    _, _, box, tasks = setup
+
+    def broken(group, P=None):
+        raise RuntimeError("reward failed")
+
+    engine = make_baselines(tasks, box, tokenizer, names=["cheapest"], config=CONFIG)["cheapest"]
+    with pytest.raises(RuntimeError, match="reward failed"):
+        evaluate(engine, tasks, box, reward=broken, config=CONFIG, batch_size=5, trajectories_to=tmp_path / "t.jsonl")
+    assert list(tmp_path.iterdir()) == []
