@@ -27,6 +27,7 @@ from orchlib.engines.base import GenerateResult, Generation, SamplingParams
 __all__ = ["ScriptedEngine", "ScriptExhausted"]
 
 Script = Sequence[str] | Callable[[str, int], str]
+_TAIL = 16  # ids at the end of a written sequence checked before its whole prefix is
 
 
 class ScriptExhausted(RuntimeError):
@@ -67,6 +68,7 @@ class ScriptedEngine:
         else:
             self._shared = turns
         self._live: dict[int, dict[tuple[int, ...], list[_Episode]]] = {}
+        self._tails: dict[int, set[tuple[int, ...]]] = {}  # length → last _TAIL ids of the sequences written
         self._started: dict[str, int] = {}
 
     @classmethod
@@ -100,9 +102,13 @@ class ScriptedEngine:
         """The episode whose written sequence `prompt` extends, and that sequence's length."""
         for length in sorted(self._live, reverse=True):
             if length < len(prompt):
-                waiting = self._live[length].get(tuple(prompt[:length]))
-                if waiting:
-                    return waiting.pop(), length
+                by_tail = self._live[length]
+                # the last ids first: a whole prefix is copied and compared only where they match
+                tail = tuple(prompt[max(0, length - _TAIL):length])
+                if tail in self._tails.get(length, ()):
+                    waiting = by_tail.get(tuple(prompt[:length]))
+                    if waiting:
+                        return waiting.pop(), length
         return None
 
     def _new(self, prompt: Sequence[int]) -> _Episode:
@@ -144,6 +150,7 @@ class ScriptedEngine:
         found = [self._find(p) for p in prompts]
         if all(f is None for f in found):  # a new rollout: forget the last one's episodes
             self._live.clear()
+            self._tails.clear()
             self._started.clear()
         outs = []
         for p, hit in zip(prompts, found):
@@ -162,7 +169,9 @@ class ScriptedEngine:
                 ep.text += self.tokenizer.decode(ids, skip_special_tokens=False)
             written = tuple(p) + tuple(ids)
             self._live.setdefault(len(written), {}).setdefault(written, []).append(ep)
+            self._tails.setdefault(len(written), set()).add(written[-_TAIL:])
             outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
         for length in [n for n, d in self._live.items() if not any(d.values())]:
             del self._live[length]
+            self._tails.pop(length, None)
         return GenerateResult(outs, time.perf_counter() - t0, prompt_tokens=sum(map(len, prompts)))
