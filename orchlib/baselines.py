@@ -459,7 +459,7 @@ def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig 
                                                                     task_routes)):
         for t, tr in zip(batch, trajectories):
             results[t.id][plan[t.id]] = RouteResult(tr.outcome, tr.cost_usd, tr.latency_s)
-        del trajectories
+        tr = trajectories = None  # the batch goes before the collector runs again
     return Trials(tasks, task_routes, results, memo)
 
 

@@ -206,9 +206,9 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
             ids, lps = gen.ids[:max(left, 0)], gen.logprobs[:max(left, 0)]
             ended = bool(ids) and ids[-1] == eos
             in_tokens = len(ep.traj.ids)
-            ep.traj.ids += ids
-            ep.traj.mask += [1] * len(ids)
-            ep.traj.logprobs += lps
+            ep.traj.ids.extend(ids)  # in place: `+=` would also set the field again, through pydantic
+            ep.traj.mask.extend([1] * len(ids))
+            ep.traj.logprobs.extend(lps)
             text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
             gen_s = result.seconds if config.measure_policy_latency else len(ids) * config.policy_seconds_per_token
             turn = Turn(text=text, gen_latency_s=gen_s, latency_s=gen_s, tokens_out=len(ids),
@@ -258,9 +258,9 @@ def _append_context(ep, seg_ids: list[int], config: RolloutConfig) -> None:
     if len(ep.traj.ids) + len(seg_ids) >= config.max_total_tokens:  # no room to read and answer
         _finish(ep, "token_budget")
         return
-    ep.traj.ids += seg_ids
-    ep.traj.mask += [0] * len(seg_ids)
-    ep.traj.logprobs += [0.0] * len(seg_ids)
+    ep.traj.ids.extend(seg_ids)
+    ep.traj.mask.extend([0] * len(seg_ids))
+    ep.traj.logprobs.extend([0.0] * len(seg_ids))
     if len(ep.traj.turns) >= config.max_turns:
         _finish(ep, "max_turns")
 

@@ -30,6 +30,7 @@ __all__ = ["ToolContext", "Tool", "ToolError", "approx_tokens", "task_text", "re
            "NoSettings"]
 
 T = TypeVar("T")
+_UNCHECKED = object()
 
 
 @dataclasses.dataclass
@@ -81,6 +82,7 @@ class Tool:
         validator_cls = jsonschema.validators.validator_for(card.parameters,
                                                             default=jsonschema.Draft202012Validator)
         self._validator = validator_cls(card.parameters)
+        self._no_arguments: Any = _UNCHECKED  # check_arguments({}), once known
 
     @property
     def name(self) -> str:
@@ -99,6 +101,10 @@ class Tool:
 
     def check_arguments(self, arguments: Any) -> str | None:
         """None when the arguments fit the card's schema, else a message saying where and why not."""
+        if type(arguments) is dict and not arguments:  # no arguments (a model tool given the task): the
+            if self._no_arguments is _UNCHECKED:       # same answer every time, so it is found once
+                self._no_arguments = arguments_problem(self.name, self._validator, {})
+            return self._no_arguments
         return arguments_problem(self.name, self._validator, arguments)
 
     async def __call__(self, arguments: dict[str, Any] | None = None, context: ToolContext | None = None, *,
