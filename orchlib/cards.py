@@ -91,6 +91,38 @@ class Price(BaseModel):
                                           "price (providers bill reasoning tokens as output)")
     per_m_cached_input: float | None = Field(None, ge=0, description="per million input tokens read from the "
                                              "provider's cache; unset: the input price")
+    table: str | None = Field(None, description="a model of orchlib's price table (orchlib/data/prices.yaml, each "
+                                                "row with its source and date): its input, output, reasoning and "
+                                                "cached-input prices fill those fields, which must then agree with "
+                                                "it where written too")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_table(cls, data: Any) -> Any:
+        """The token prices of the `table` row, merged into what the card wrote (which must agree)."""
+        if not isinstance(data, dict) or data.get("table") is None:
+            return data
+        from orchlib.prices import load_prices  # prices imports nothing of cards: no circle
+
+        try:
+            row = load_prices().row(str(data["table"]))
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
+        out = dict(data)
+        for key, value in row.price_fields().items():
+            if key in out and out[key] != value:
+                raise ValueError(f"{key} is {out[key]} but the price table's {row.model!r} row says {value} "
+                                 f"({row.source}, {row.date}); write one or the other")
+            out[key] = value
+        return out
+
+    @classmethod
+    def from_table(cls, model: str, table: Any = None, **more: float) -> Price:
+        """The price of `model` in `table` (an `orchlib.prices.PriceTable`; default the shipped one), plus
+        `more` fields (per_call, per_second). From the shipped table the price remembers its row (`table`)."""
+        if table is None:
+            return cls(table=model, **more)
+        return cls(**table.row(model).price_fields(), **more)
 
     def cost(self, tokens_in: int = 0, tokens_out: int = 0, seconds: float = 0.0, calls: int = 1,
              tokens_reasoning: int = 0, tokens_cached: int = 0) -> float:

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from orchlib.cards import CardError, ToolCard
+from orchlib.cards import CardError, Price, ToolCard
 from orchlib.tools import LLMTool, ToolContext, build_tool
 
 PRICE = {"per_m_input": 1.25, "per_m_output": 10.0}  # gpt-5
@@ -100,6 +100,42 @@ def test_answer_is_priced_from_usage_and_key_comes_from_the_environment(server, 
     assert req["headers"]["Authorization"] == "Bearer sk-local-test"
     assert req["body"] == {"model": "gpt-5", "max_tokens": 64, "temperature": 0.0, "messages": [
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]}
+
+
+def test_reasoning_and_cached_tokens_are_billed_at_the_price_tables_rates(server, monkeypatch):
+    """A reasoning model's usage (OpenAI's shape: reasoning tokens inside completion_tokens, cached ones
+    inside prompt_tokens) priced by a card whose price is the table's gpt-5 row."""
+    from orchlib.prices import load_prices
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    body = completion("42", 2000, 3000)
+    body["usage"] |= {"completion_tokens_details": {"reasoning_tokens": 2800},
+                      "prompt_tokens_details": {"cached_tokens": 1500}}
+    script = Script((200, body, {}))
+    tool = build_tool(card(server(script)).model_copy(update={"price": Price(table="gpt-5")}))
+    obs = tool.call_sync({"prompt": "Think hard."})
+    row = load_prices().row("gpt-5")
+    assert (obs.tokens_in, obs.tokens_out, obs.tokens_reasoning, obs.tokens_cached) == (2000, 3000, 2800, 1500)
+    want = (500 * row.input + 1500 * row.cached_input + 3000 * row.output) / 1e6  # reasoning billed as output
+    assert obs.cost_usd == pytest.approx(want, rel=1e-12) and obs.cost_usd == pytest.approx(0.0308125)
+    # A card that prices reasoning apart bills those 2,800 tokens at its rate instead
+    cheap = Price(per_m_input=1.25, per_m_output=10.0, per_m_reasoning=2.0)
+    obs = build_tool(card(server(Script((200, body, {})))).model_copy(update={"price": cheap})).call_sync(
+        {"prompt": "Think hard."})
+    assert obs.cost_usd == pytest.approx((2000 * 1.25 + 200 * 10.0 + 2800 * 2.0) / 1e6, rel=1e-12)
+
+
+@pytest.mark.parametrize("usage, problem", [
+    ({"prompt_tokens": -1, "completion_tokens": 2}, "prompt_tokens = -1"),
+    ({"prompt_tokens": 3, "completion_tokens": "many"}, "completion_tokens = 'many'"),
+    ({"prompt_tokens": 3, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 1.5}},
+     "reasoning_tokens = 1.5"),
+])
+def test_a_malformed_usage_is_a_failure_not_a_guessed_bill(server, monkeypatch, usage, problem):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    body = completion("x") | {"usage": usage}
+    obs = build_tool(card(server(Script((200, body, {}))))).call_sync({"prompt": "hi"})
+    assert obs.error_kind == "tool_failure" and problem in obs.error
 
 
 def test_500_twice_then_success_with_backoff(server, monkeypatch):

@@ -168,6 +168,25 @@ def test_a_card_may_price_reasoning_and_cached_tokens_apart(recording):
         Price(per_m_input=3, per_m_output=5).cost(10, 7)  # unset: billed as output and as input
 
 
+def test_a_price_table_prices_every_recorded_model_per_token_class(tmp_path):
+    """Models named as configurations of table rows ("gpt-5/high"), billed per token class at the
+    table's rates; a model the table does not price is an error, not a free tool."""
+    from orchlib.prices import load_prices
+
+    table = load_prices()
+    rows = [{**RECORDS[0], "model": "gpt-5/high"}, {**RECORDS[0], "model": "deepseek-reasoner"}]
+    path = write_recording(rows, tmp_path / "r.jsonl")
+    cards = {c.name: c for c in replay_cards(path, prices=table)}
+    r = RECORDS[0]  # 20 in (8 cached), 3 out + 900 reasoning
+    for name, model in (("gpt-5_high", "gpt-5"), ("deepseek-reasoner", "deepseek-r1")):
+        row = table.row(model)
+        want = ((20 - 8) * row.input + 8 * row.cached_input + (3 + 900) * row.output) / 1e6
+        obs = _call(cards[name], Q[0])
+        assert obs.cost_usd == pytest.approx(want, rel=1e-12) and obs.latency_s == r["latency_s"]
+    with pytest.raises(ValueError, match="no price for 'o-think'"):
+        replay_cards(write_recording(RECORDS, tmp_path / "s.jsonl"), prices=table)
+
+
 def test_output_that_already_counts_reasoning_is_not_counted_twice(recording):
     card = replay_cards(recording, ["o-think"], prices=PRICES, output_includes_reasoning=True)[0]
     obs = _call(card, Q[1])

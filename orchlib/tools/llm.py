@@ -6,7 +6,8 @@ Two clients (`backend.client`):
   from the card. 429 and 5xx answers and dropped connections are retried with exponential backoff
   (honouring Retry-After); a request that takes longer than `timeout_s` in all (a server trickling
   bytes included) is a "timeout" observation and is not retried. Tokens come from the response's
-  `usage` and are priced by the card.
+  `usage`, per class (reasoning tokens and cached prompt tokens from its `*_tokens_details`), and are
+  priced by the card, whose price may come from the price table (`price: {table: gpt-5}`).
 - `transformers`: a local causal LM (hub id or folder, loaded once per process), greedy unless a
   temperature is set. Generation runs in a worker thread, which cannot be interrupted: after a timeout
   the result is dropped but generation runs to `max_tokens`.
@@ -19,6 +20,7 @@ With `input: task` the model receives the task and the context gathered so far (
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import os
@@ -32,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, task_text
 from orchlib.trajectory import Observation
 
-__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "chat_openai", "chat_body", "post_chat", "chat_transformers"]
+__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "Usage", "usage_counts", "chat_openai", "chat_body", "post_chat",
+           "chat_transformers"]
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -81,14 +84,52 @@ class LLMTool(Tool):
     async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
         messages = self.messages(arguments, context)
         if self.settings.client == "openai":
-            text, tokens_in, tokens_out = await chat_openai(self.settings, messages)
-        else:
-            text, tokens_in, tokens_out = await asyncio.to_thread(chat_transformers, self.settings, messages)
+            text, usage = await chat_openai(self.settings, messages)
+            return Observation(content=text, tokens_in=usage.tokens_in, tokens_out=usage.tokens_out,
+                               tokens_reasoning=usage.tokens_reasoning, tokens_cached=usage.tokens_cached)
+        text, tokens_in, tokens_out = await asyncio.to_thread(chat_transformers, self.settings, messages)
         return Observation(content=text, tokens_in=tokens_in, tokens_out=tokens_out)
 
 
-async def chat_openai(s: LLMSettings, messages: list[dict[str, str]]) -> tuple[str, int, int]:
-    """(text, prompt tokens, completion tokens) from `POST {base_url}/chat/completions`."""
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """Token counts of one completion as OpenAI's `usage` gives them: `tokens_reasoning` are part of
+    `tokens_out` (completion_tokens_details.reasoning_tokens) and `tokens_cached` part of `tokens_in`
+    (prompt_tokens_details.cached_tokens); the card's Price bills each class at its own price."""
+
+    tokens_in: int
+    tokens_out: int
+    tokens_reasoning: int = 0
+    tokens_cached: int = 0
+
+
+def usage_counts(usage: Any, estimate_in: int, estimate_out: int) -> Usage:
+    """The counts of a response's `usage` object; a count it lacks is the estimate given (some local
+    servers send no usage). A count that is not a whole number ≥ 0 raises ToolError: a bill is never
+    guessed from a malformed one."""
+    usage = usage if isinstance(usage, dict) else {}
+
+    def count(value: Any, default: int, what: str) -> int:
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+            raise ToolError(f"the response's usage has {what} = {value!r}, not a token count")
+        return int(value)
+
+    details_out = usage.get("completion_tokens_details") or {}
+    details_in = usage.get("prompt_tokens_details") or {}
+    tokens_in = count(usage.get("prompt_tokens"), estimate_in, "prompt_tokens")
+    tokens_out = count(usage.get("completion_tokens"), estimate_out, "completion_tokens")
+    reasoning = count(details_out.get("reasoning_tokens") if isinstance(details_out, dict) else None, 0,
+                      "completion_tokens_details.reasoning_tokens")
+    cached = count(details_in.get("cached_tokens") if isinstance(details_in, dict) else None, 0,
+                   "prompt_tokens_details.cached_tokens")
+    # Parts of a total, so never more than it (a server that counts them apart would bill them twice).
+    return Usage(tokens_in, tokens_out, min(reasoning, tokens_out), min(cached, tokens_in))
+
+
+async def chat_openai(s: LLMSettings, messages: list[dict[str, str]]) -> tuple[str, Usage]:
+    """(text, token counts) from `POST {base_url}/chat/completions`."""
     response = await post_chat(s, chat_body(s, messages))
     return _parse_completion(response, s.model, messages)
 
@@ -160,17 +201,18 @@ def _backoff(s: LLMSettings, attempt: int, retry_after: str | None) -> float:
     return min(wait, s.max_backoff_s)
 
 
-def _parse_completion(response: httpx.Response, model: str, messages: list[dict[str, str]]) -> tuple[str, int, int]:
+def _parse_completion(response: httpx.Response, model: str, messages: list[dict[str, str]]) -> tuple[str, Usage]:
     try:
         data = response.json()
         text = data["choices"][0]["message"].get("content") or ""
     except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as e:
         raise ToolError(f"{model}: unexpected response ({type(e).__name__}): {response.text[:300]}") from None
-    usage = data.get("usage") or {}
     # Without `usage` (some local servers) the counts are estimated, so the call is still priced.
-    tokens_in = usage.get("prompt_tokens", approx_tokens(" ".join(m["content"] for m in messages)))
-    tokens_out = usage.get("completion_tokens", approx_tokens(text))
-    return text, int(tokens_in), int(tokens_out)
+    try:
+        return text, usage_counts(data.get("usage"), approx_tokens(" ".join(m["content"] for m in messages)),
+                                  approx_tokens(text))
+    except ToolError as e:
+        raise ToolError(f"{model}: {e}") from None
 
 
 _MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}

@@ -15,9 +15,10 @@ id with `match: task_id`) is looked up exactly after collapsing whitespace. A qu
 the recording, or whose response is empty, is an error observation (`tool_failure`), never a made-up
 or empty answer.
 
-Money and time: recorded token counts are priced by the card, reasoning tokens billed as output
-(`Price.per_m_reasoning` where a provider bills them apart) and cached input as input (or
-`per_m_cached_input`); without counts, `approx_tokens` estimates input from the question and output
+Money and time: recorded token counts are priced by the card per token class, reasoning tokens billed
+as output (`Price.per_m_reasoning` where a provider bills them apart) and cached input as input (or
+`per_m_cached_input`); `replay_cards(prices=load_prices())` takes every price from a price table
+(`orchlib.prices`, each row with its source and date); without counts, `approx_tokens` estimates input from the question and output
 from the answer. A recorded latency is reported as it is; otherwise the card's declared latency.
 Nothing is waited for. A recorded grade travels in `Observation.meta["grade"]` (the `recorded`
 checker of orchlib.tasks scores with it).
@@ -44,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.atomic import write_text_atomic
 from orchlib.cards import Latency, Price, ToolCard
+from orchlib.prices import PriceTable
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, resolve_path
 from orchlib.trajectory import Observation
 
@@ -441,19 +443,22 @@ _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def replay_cards(path: str | os.PathLike, models: Iterable[str] | None = None, *,
-                 prices: Mapping[str, Price | Mapping[str, float]] | None = None,
+                 prices: Mapping[str, Price | Mapping[str, float]] | PriceTable | None = None,
                  latency: Latency | Mapping[str, float] | None = None, description: str | None = None,
                  **settings: Any) -> list[ToolCard]:
     """One `final`, `input: task` replay card per model of a recording (default: every model in it).
 
     Names are the model names with characters a tool name cannot hold replaced by `_`. `prices` maps a
-    model to its Price (a model without one is free: say so explicitly with `Price()`); `settings` are
-    ReplaySettings columns. Cards made here have no file: pass an absolute `path`."""
+    model to its Price (a model without one is free: say so explicitly with `Price()`), or is a price
+    table (`orchlib.prices.load_prices()`), which must price every chosen model (a configuration such as
+    "gpt-5/high" takes the row of "gpt-5"); `settings` are ReplaySettings columns. Cards made here have
+    no file: pass an absolute `path`."""
     path = Path(path)
     s = ReplaySettings(path=str(path), model="", **settings)
     recording = load_recording(path, s)
     chosen = list(models) if models is not None else recording.models
-    prices = dict(prices or {})
+    table = prices if isinstance(prices, PriceTable) else None
+    prices = {} if table is not None else dict(prices or {})
     cards, names = [], {}
     for model in chosen:
         recording.answers(model)  # an unknown model is an error here, not at the first call
@@ -461,7 +466,13 @@ def replay_cards(path: str | os.PathLike, models: Iterable[str] | None = None, *
         if name in names:
             raise ValueError(f"models {names[name]!r} and {model!r} both become the tool name {name!r}")
         names[name] = model
-        price = prices.get(model, Price())
+        if table is not None:
+            try:
+                price: Any = Price(**table.row(model).price_fields())
+            except KeyError as e:
+                raise ValueError(e.args[0]) from None
+        else:
+            price = prices.get(model, Price())
         cards.append(ToolCard(
             name=name, kind="replay", final=True, input="task", tags=["model", "replay"],
             description=description or f"{model}: solves the task itself (recorded answers); its answer is final.",
