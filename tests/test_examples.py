@@ -1,0 +1,45 @@
+"""The example scripts run as a user runs them, and print figures that agree with an independent
+computation from the data they read."""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_routellm_frontier_prints_the_oracle_apgr_and_aiq_of_the_recording():
+    """examples/routellm_frontier.py on the first 60 GSM8K questions: the always-one-model accuracies,
+    the oracle's accuracy and the oracle order's APGR, recomputed with numpy from the shipped CSV."""
+    n = 60
+    out = subprocess.run([sys.executable, str(REPO / "examples" / "routellm_frontier.py"), "--limit", str(n)],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    with (REPO / "orchlib" / "data" / "routellm" / "gsm8k_responses.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))[:n]
+    strong = np.array([r["gpt-4-1106-preview"] == "True" for r in rows], dtype=float)
+    weak = np.array([r["mistralai/Mixtral-8x7B-Instruct-v0.1"] == "True" for r in rows], dtype=float)
+    m = re.search(r"always mixtral ([\d.]+), always gpt4 ([\d.]+)", text)
+    assert m and float(m[1]) == pytest.approx(weak.mean(), abs=5e-4) and float(m[2]) == pytest.approx(
+        strong.mean(), abs=5e-4)
+    oracle_row = next(line for line in text.splitlines() if line.startswith("oracle "))
+    assert float(oracle_row.split()[2]) == pytest.approx(np.maximum(strong, weak).mean(), abs=5e-4)
+    # The oracle order sends first the questions only GPT-4 gets right: accuracy after k of them is the
+    # weak accuracy plus the k largest gains; APGR is the area under PGR over the shares 0, 5 %, ..., 100 %.
+    gains = np.sort(strong - weak)[::-1]
+    shares = np.linspace(0, 1, 21)
+    acc = np.array([weak.mean() + gains[:round(s * n)].sum() / n for s in shares])
+    want = (np.trapezoid(acc, shares) - weak.mean()) / (strong.mean() - weak.mean())
+    m = re.search(r"oracle order\s+APGR ([-\d.]+)\s+AIQ ([\d.]+)", text)
+    assert m and float(m[1]) == pytest.approx(want, abs=5e-4)
+    random_apgr = float(re.search(r"random\s+APGR ([-\d.]+)", text)[1])
+    assert random_apgr < float(m[1])  # no order beats sending the gains first
+    assert "frontier (cost $, accuracy):" in text and "oracle" in text.split("frontier")[1].splitlines()[0]
