@@ -34,7 +34,7 @@ import numpy as np
 
 from orchlib.chat import CHAT_TEMPLATE, IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call, system_text
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.rollout import RolloutConfig, rollout, shown_preference
+from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_preference
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, Trajectory
 
@@ -114,6 +114,7 @@ class PromptMemo:
         self._pieces: dict[str, tuple[int, ...]] = {}  # a piece between added tokens → its ids
         self._split, self._added = _added_token_split(tokenizer)
         self._checked = 0
+        self._by_task: dict[tuple, tuple[Task, RolloutConfig, tuple[int, ...]]] = {}  # see prompt_ids
         self._canon: dict[int, int] = {}  # id → the one int object that stands for it (see _ints)
         self._piece_text: dict[str, str] = {}  # a piece → the text its ids decode to
         self._decode_by_pieces = self._split is not None
@@ -146,6 +147,17 @@ class PromptMemo:
             self._rendered[key] = text
             self._prompt_ids.setdefault(text, None)
         return text
+
+    def prompt_ids(self, task: Task, schemas: list[dict], config: RolloutConfig) -> tuple[int, ...]:
+        """The ids of `render_prompt(task, schemas, self, config)`, found once per task, tool list and
+        config (the rollout asks a tokenizer that has this method instead of rendering each time).
+        Tasks and configs are frozen; each entry holds both, so their ids are never reused meanwhile."""
+        key = (id(task), task.prompt, self._tools_key(schemas), id(config))
+        found = self._by_task.get(key)
+        if found is None or found[0] is not task or found[1] is not config:
+            ids = tuple(self.encode(render_prompt(task, schemas, self, config), add_special_tokens=False))
+            found = self._by_task[key] = (task, config, ids)
+        return found[2]
 
     def _own_render(self, turns: tuple, tools, tools_key, kw: dict) -> str | None:
         """CHAT_TEMPLATE's text for a system turn (optional) and one user turn, or None for anything else."""

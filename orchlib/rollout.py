@@ -188,8 +188,9 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
     episodes: list[_Episode] = []
     for task in tasks:
         schemas = tool_schemas(toolbox, task, config.tool_schema)
-        prompt = render_prompt(task, schemas, tok, config)
-        ids = _encode(tok, prompt)
+        known = getattr(tok, "prompt_ids", None)  # a tokenizer that keeps each task's prompt (PromptMemo)
+        ids = known(task, schemas, config) if known is not None else _encode(tok, render_prompt(task, schemas, tok,
+                                                                                                config))
         episodes += [_Episode(task, g, ids, schemas) for g in range(group_size)]
     params = dict(temperature=config.temperature, top_p=config.top_p)
     first = True

@@ -138,6 +138,8 @@ _FALSE = {"false", "no", "incorrect", "f", "n"}
 def parse_grade(value: Any) -> float | None:
     """A recorded grade as a score in [0, 1]: 1, "1", "1.0", True, "true" all read 1.0; empty or None
     reads None (ungraded). Anything else raises ValueError — a grade is never silently dropped."""
+    if type(value) in (str, int, bool) and value in _COMMON_GRADES:  # 1, "1", True, "true", 0, ...: as below
+        return _COMMON_GRADES[value]
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, bool):
@@ -157,6 +159,12 @@ def parse_grade(value: Any) -> float | None:
     raise ValueError(f"not a grade: {value!r} (use 1/0, true/false, or a score in [0, 1])")
 
 
+# The spellings recordings use most, read once here (parse_grade gives the same for each).
+_COMMON_GRADES: dict[Any, float] = {**{v: 1.0 for v in ("1", "1.0", "true", "True", "TRUE", "yes", "correct")},
+                                    **{v: 0.0 for v in ("0", "0.0", "false", "False", "FALSE", "no", "incorrect")},
+                                    1: 1.0, 0: 0.0}
+
+
 def _missing(value: Any) -> bool:
     """An empty cell: None, blank text, or NaN (pandas' missing value)."""
     return value is None or (isinstance(value, str) and not value.strip()) or (
@@ -164,6 +172,8 @@ def _missing(value: Any) -> bool:
 
 
 def _count(value: Any) -> int | None:
+    if type(value) is int and value >= 0:  # the usual case, as the checks below would find it
+        return value
     if _missing(value):
         return None
     if isinstance(value, bool):
@@ -178,6 +188,8 @@ def _count(value: Any) -> int | None:
 
 
 def _seconds(value: Any) -> float | None:
+    if type(value) is float and 0.0 <= value < math.inf:  # the usual case, as the checks below would find it
+        return value
     if _missing(value):
         return None
     try:
@@ -291,6 +303,7 @@ def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows) -> dict[st
     parsers = {"grade_column": parse_grade, "tokens_in_column": _count, "tokens_out_column": _count,
                "tokens_reasoning_column": _count, "tokens_cached_column": _count, "latency_column": _seconds}
     out: dict[str, dict[str, Recorded]] = {}
+    keys: dict[str, str] = {}  # question → its normalised key: each question is asked of many models
     for line, row in rows:
         question = row.get(s.prompt_column)
         if not isinstance(question, (str, int)) or isinstance(question, bool) or not str(question).strip():
@@ -305,7 +318,11 @@ def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows) -> dict[st
                        tokens_reasoning=values.get("tokens_reasoning_column"),
                        tokens_cached=values.get("tokens_cached_column"), latency_s=values.get("latency_column"))
         # The first answer wins should a question be recorded twice for one model.
-        out.setdefault(str(model), {}).setdefault(normalise(str(question)), rec)
+        text = str(question)
+        key = keys.get(text)
+        if key is None:
+            key = keys[text] = normalise(text)
+        out.setdefault(str(model), {}).setdefault(key, rec)
     return out
 
 
