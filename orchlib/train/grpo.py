@@ -45,6 +45,7 @@ from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
 from orchlib.train.config import GRPOConfig, LoraSettings
 from orchlib.train.hooks import Hooks, MicroBatch
 from orchlib.train.loss import group_advantages, keep_groups
+from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor"]
@@ -134,6 +135,7 @@ class Trainer:
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self._can_skip_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
+        self._share_prompts = config.shared_prompt and can_share(model, self.accelerator.num_processes)
         acc = self.accelerator
         seed = config.seed * 1000 + acc.process_index
         if config.engine == "vllm":  # starts holding the model's current weights (after any warm start)
@@ -287,7 +289,8 @@ class Trainer:
         # used, and on a long prompt the vocabulary projection and its softmax are a large share of the work.
         start = int(mask.any(0).nonzero()[0]) if bool(mask.any()) else 0
         tgt, mask, old = ids[:, start + 1:], mask[:, start:], old[:, start:]
-        logits = self._logits(self.model, ids, attn, ids.shape[1] - start)[:, :-1].float()
+        lengths = [len(t.ids) for t in trajs]
+        logits = self._logits(self.model, ids, attn, ids.shape[1] - start, lengths)[:, :-1].float()
         if cfg.rollout.temperature > 0:
             logits = logits / cfg.rollout.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
@@ -302,7 +305,7 @@ class Trainer:
             # log-probs are the ratio's denominator and an engine mismatch cannot bias the update.
             old = logp.detach()
         batch = MicroBatch(logp, logp_all, old, torch.tensor(advantages, dtype=torch.float32, device=dev), mask,
-                           ent, start, extra, lambda full=False: self._ref_logprobs(ids, attn, tgt, full))
+                           ent, start, extra, lambda full=False: self._ref_logprobs(ids, attn, tgt, full, lengths))
         loss, s = self.hooks.token_loss(batch, cfg)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
@@ -313,22 +316,25 @@ class Trainer:
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
 
-    def _logits(self, model, ids, attn, keep: int) -> torch.Tensor:
-        """Logits of the last `keep` positions (all of them for models whose forward cannot skip)."""
+    def _logits(self, model, ids, attn, keep: int, lengths: list[int] | None = None) -> torch.Tensor:
+        """Logits of the last `keep` positions (all of them for models whose forward cannot skip). With
+        `lengths` (each row's real ids), rows that share a prompt compute it once (`shared_prompt`)."""
+        if lengths is not None and self._share_prompts:
+            return shared_prompt_logits(model, ids, attn, lengths, ids.shape[1] - keep)
         if self._can_skip_logits:
             return model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
         return model(input_ids=ids, attention_mask=attn).logits[:, -keep:]
 
     @torch.no_grad()
-    def _ref_logprobs(self, ids, attn, tgt, full: bool = False):
+    def _ref_logprobs(self, ids, attn, tgt, full: bool = False, lengths: list[int] | None = None):
         """The reference policy's log-probs of `tgt` [B, T], or of every id [B, T, V] if `full`."""
         temp = self.config.rollout.temperature or 1.0
         keep = tgt.shape[1] + 1
         if self.config.lora:
             with self.accelerator.unwrap_model(self.model).disable_adapter():
-                logits = self._logits(self.model, ids, attn, keep)
+                logits = self._logits(self.model, ids, attn, keep, lengths)
         else:
-            logits = self._logits(self.ref_model, ids, attn, keep)
+            logits = self._logits(self.ref_model, ids, attn, keep, lengths)
         logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
         if full:
             return logp

@@ -32,6 +32,7 @@ from orchlib.chat import render_assistant
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
+from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
 __all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_trajectories", "sft_train"]
@@ -51,6 +52,9 @@ class SFTConfig(BaseModel):
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
     batch_size: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
+    shared_prompt: bool = Field(True, description="a head that several examples of a batch begin with (the system "
+                                "turn) goes through the model once (`train/shared_prompt.py`): the same loss and "
+                                "gradients, less work. One process only")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 where the GPU has it, else fp32 (as GRPOConfig: one precision per process)")
 
@@ -154,6 +158,7 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     pmodel, opt, sched = acc.prepare(model, opt, sched)
+    share = config.shared_prompt and can_share(model, acc.num_processes)
     rng = random.Random(config.seed)
     order = list(range(len(trajectories)))
     report = SFTReport(n_trajectories=len(trajectories), n_tokens=sum(t.num_tokens for t in trajectories))
@@ -167,7 +172,7 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
             if done == steps:
                 break
             report.losses.append(_step([trajectories[j] for j in order[i:i + config.batch_size]], pmodel, acc, opt,
-                                       sched, pad, config.max_grad_norm))
+                                       sched, pad, config.max_grad_norm, share))
             done += 1
             bar.update(1)
             bar.set_postfix(loss=f"{report.losses[-1]:.3f}")
@@ -183,7 +188,8 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
     return report
 
 
-def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad_norm: float) -> float:
+def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad_norm: float,
+          share: bool = False) -> float:
     width = max(len(t.ids) for t in batch)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -194,10 +200,37 @@ def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad
         m = torch.tensor(t.mask, dtype=torch.bool)
         labels[r, :n] = torch.where(m, torch.tensor(t.ids), torch.tensor(-100))
     ids, attn, labels = ids.to(acc.device), attn.to(acc.device), labels.to(acc.device)
-    loss = pmodel(input_ids=ids, attention_mask=attn, labels=labels).loss  # shifts labels itself
+    loss = _loss(pmodel, ids, attn, labels, share)
     acc.backward(loss)
     acc.clip_grad_norm_(pmodel.parameters(), max_grad_norm)
     opt.step()
     sched.step()
     opt.zero_grad(set_to_none=True)
     return loss.item()
+
+
+def _loss(pmodel, ids: torch.Tensor, attn: torch.Tensor, labels: torch.Tensor, share: bool = False) -> torch.Tensor:
+    """Mean cross-entropy of the labelled ids. Logits are taken only from the first position that predicts
+    a labelled id: on the orchestration prompts (~170 ids before a ~25-id reply) the vocabulary projection
+    and its softmax over the prompt were most of a step's work, and their result was never used. With
+    `share`, a head that several rows begin with (the system turn) is computed once (`shared_prompt`)."""
+    target = labels[:, 1:]
+    hit = (target != -100).any(0).nonzero()
+    start = int(hit[0]) if len(hit) else 0
+    keep = ids.shape[1] - start
+    if share:
+        logits = shared_prompt_logits(pmodel, ids, attn, attn.sum(1).tolist(), start)
+    elif "logits_to_keep" in _forward_params(pmodel):
+        logits = pmodel(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+    else:
+        logits = pmodel(input_ids=ids, attention_mask=attn).logits[:, -keep:]
+    logits = logits[:, :-1].float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target[:, start:].reshape(-1),
+                                             ignore_index=-100)
+
+
+def _forward_params(pmodel) -> set[str]:
+    import inspect
+
+    base = pmodel.module if hasattr(pmodel, "module") else pmodel
+    return set(inspect.signature(base.forward).parameters)

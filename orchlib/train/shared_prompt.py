@@ -1,0 +1,110 @@
+"""Logits of a batch whose rows share a head: each shared head goes through the model once.
+
+A GRPO group is G rollouts of one prompt; the warm start's examples share their system turn (the
+instructions, the tool list, P). Run as separate rows, a shared head of ~130-170 ids is computed again
+for every row, in the forward pass and in the backward, while what differs is often ~25-60 ids. Here
+each shared head is run once, its keys/values are expanded to its rows (a view: their gradients add
+up in the backward), and only the rest of each row runs per row. The result is the logits
+`model(ids).logits[:, start:]` would give, within float rounding (tests/test_shared_prompt.py compares
+the loss and every gradient).
+
+Heads are found from the ids alone (`shared_heads`): rows are sorted, and a run of rows is given the
+longest prefix they all share, split where that saves more work. Rows that share nothing long go
+through one ordinary batched forward.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = ["can_share", "shared_heads", "shared_prompt_logits"]
+
+
+def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def shared_heads(rows: Sequence[Sequence[int]], min_share: int = 16) -> list[tuple[int, list[int]]]:
+    """(head length, row indices) covering every row once: the rows of each entry begin with the same
+    `head` ids. Heads shorter than `min_share` are reported as 0 (nothing worth sharing); an entry of
+    one row always has head 0. Chosen to maximise the ids not recomputed, sum of (rows - 1) * head."""
+    order = sorted(range(len(rows)), key=lambda i: list(rows[i]))
+    links = [_lcp(rows[a], rows[b]) for a, b in zip(order, order[1:])]
+
+    def best(lo: int, hi: int) -> tuple[int, list[tuple[int, list[int]]]]:
+        """Best cover of order[lo:hi] (links[lo:hi-1] join them): (ids saved, entries)."""
+        if hi - lo == 1:
+            return 0, [(0, [order[lo]])]
+        cut = min(range(lo, hi - 1), key=lambda k: links[k])
+        head = links[cut]
+        whole = ((hi - lo - 1) * head, [(head, order[lo:hi])]) if head >= min_share else (0, [])
+        left, right = best(lo, cut + 1), best(cut + 1, hi)
+        split = (left[0] + right[0], left[1] + right[1])
+        return whole if whole[1] and whole[0] >= split[0] else split
+
+    if not rows:
+        return []
+    return best(0, len(rows))[1]
+
+
+def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: Sequence[int], start: int,
+                         min_share: int = 16) -> torch.Tensor:
+    """Logits [B, W - start, V] of positions start .. W-1 of right-padded `ids` [B, W] (`lengths`: each
+    row's real ids; `attn` marks them), computing each head that rows share once."""
+    from transformers import DynamicCache
+
+    B, W = ids.shape
+    out: list[torch.Tensor | None] = [None] * B
+    singles: list[int] = []
+    for head, rows in shared_heads([ids[r, :lengths[r]].tolist() for r in range(B)], min_share):
+        n = min(head, W - 1)  # at least one position left to run per row
+        if len(rows) == 1 or n < min_share:
+            singles += rows
+            continue
+        g, idx = len(rows), torch.tensor(rows, device=ids.device)
+        first = model(input_ids=ids[rows[0]:rows[0] + 1, :n], use_cache=True, logits_to_keep=max(n - start, 1))
+        past = [(layer.keys.expand(g, -1, -1, -1), layer.values.expand(g, -1, -1, -1))
+                for layer in first.past_key_values.layers]
+        cache = DynamicCache(ddp_cache_data=past, config=_config(model))
+        rest_attn = torch.cat([torch.ones((g, n), dtype=attn.dtype, device=attn.device), attn[idx, n:]], dim=-1)
+        pos = torch.arange(n, W, device=ids.device).expand(g, -1)
+        rest = model(input_ids=ids[idx, n:], attention_mask=rest_attn, position_ids=pos, past_key_values=cache,
+                     use_cache=False).logits
+        both = torch.cat([first.logits.expand(g, -1, -1), rest], dim=1) if n > start else rest[:, start - n:]
+        for j, r in enumerate(rows):
+            out[r] = both[j]
+    if singles:
+        idx = torch.tensor(singles, device=ids.device)
+        logits = model(input_ids=ids[idx], attention_mask=attn[idx], logits_to_keep=W - start).logits
+        for j, r in enumerate(singles):
+            out[r] = logits[j]
+    return torch.stack(out)  # type: ignore[arg-type]
+
+
+def can_share(model, num_processes: int) -> bool:
+    """Whether `shared_prompt_logits` applies to `model`: one process (DDP would see a weight used twice
+    before the backward), a forward that takes `logits_to_keep`, and full attention (a sliding-window
+    layer keeps a cache that cannot be handed over)."""
+    import inspect
+
+    from orchlib.engines.prefix_cache import supports_prefix_cache
+
+    base = _base(model)
+    return (num_processes == 1 and "logits_to_keep" in inspect.signature(base.forward).parameters
+            and supports_prefix_cache(base.config))
+
+
+def _base(model):
+    model = model.module if hasattr(model, "module") else model
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _config(model):
+    return _base(model).config

@@ -1,0 +1,104 @@
+"""The update's shared-prompt forward gives the logits and gradients of the ordinary forward."""
+
+from __future__ import annotations
+
+import torch
+from conftest import TOY_ROLLOUT
+
+from orchlib.envs.toy import toy_tasks, toy_toolbox
+from orchlib.models import load_policy
+from orchlib.reward import Reward
+from orchlib.rollout import RolloutConfig
+from orchlib.train import GRPOConfig, Trainer
+from orchlib.train.shared_prompt import shared_heads, shared_prompt_logits
+
+
+def _batch(seed: int = 0):
+    """Right-padded rows: three prompts shared by 3, 2 and 1 rows, replies of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(5, 4000, (n,), generator=g) for n in (30, 26, 33)]
+    rows, heads = [], []  # heads: each row's prompt length
+    for p, k in zip(prompts, (3, 2, 1)):
+        for j in range(k):
+            rows.append(torch.cat([p, torch.randint(5, 4000, (4 + 3 * j,), generator=g)]))
+            heads.append(len(p))
+    width = max(len(r) for r in rows)
+    ids, attn = torch.zeros((len(rows), width), dtype=torch.long), torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], attn[i, :len(r)] = r, 1
+    real = torch.zeros((len(rows), width), dtype=torch.bool)
+    start = min(heads) - 1
+    for i, r in enumerate(rows):  # positions that predict a reply id
+        real[i, heads[i] - 1:len(r) - 1] = True
+    return ids, attn, [len(r) for r in rows], heads, start, real[:, start:]
+
+
+def test_shared_heads_finds_the_prefix_each_run_of_rows_shares():
+    ids, _, lengths, heads, _, _ = _batch()
+    rows = [ids[r, :n].tolist() for r, n in enumerate(lengths)]
+    found = sorted((h, sorted(r)) for h, r in shared_heads(rows))
+    assert found == [(0, [5]), (26, [3, 4]), (30, [0, 1, 2])]
+    # a prefix shared by all, and a longer one shared by two: the split that saves more ids wins
+    common = list(range(100, 140))
+    rows = [common + [1] * 60 + [2], common + [1] * 60 + [3], common + [4], common + [5]]
+    assert sorted((h, sorted(r)) for h, r in shared_heads(rows)) == [(40, [2, 3]), (100, [0, 1])]  # 100 + 40 > 3 * 40
+    assert sorted((h, sorted(r)) for h, r in shared_heads(rows[:1] + rows[2:])) == [(40, [0, 1, 2])]
+    assert shared_heads([[1, 2, 3], [1, 2, 4]]) == [(0, [0]), (0, [1])]  # below min_share: nothing shared
+
+
+def test_shared_prompt_logits_and_gradients_match_the_plain_forward(tiny_policy):
+    model, _ = tiny_policy
+    model.train()
+    ids, attn, lengths, _, start, real = _batch()
+    plain = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - start).logits
+    shared = shared_prompt_logits(model, ids, attn, lengths, start)
+    assert shared.shape == plain.shape
+    assert (shared - plain).abs()[real].max() < 1e-4
+    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))
+    params = [p for p in model.parameters() if p.requires_grad]
+    g_plain = torch.autograd.grad((plain * weights)[real].sum(), params)
+    g_shared = torch.autograd.grad((shared * weights)[real].sum(), params)
+    for a, b in zip(g_plain, g_shared):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(a.abs().max())))
+    model.eval()
+
+
+def test_a_grpo_step_with_and_without_the_shared_prompt_moves_the_weights_alike(toy_warm):
+    """Same seed, same rollouts: the two updates land on the same weights (within float rounding)."""
+    def one_step(shared: bool):
+        cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.05, seed=3, shared_prompt=shared,
+                         learning_rate=1e-3)
+        trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+                          Reward.from_string("name: a\nreward: outcome"), cfg)
+        assert trainer._share_prompts is shared
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        report = trainer.step()
+        return trainer, before, report
+
+    (a, before, ra), (b, _, rb) = one_step(True), one_step(False)
+    assert [t.ids for t in ra.trajectories] == [t.ids for t in rb.trajectories]
+    assert ra.metrics["groups_kept"] > 0
+    moved = 0.0
+    for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert torch.allclose(pa, pb, atol=2e-5), name
+        moved = max(moved, float((pa.detach() - before[name]).abs().max()))
+    assert moved > 1e-4  # the step really changed the weights
+    assert abs(ra.metrics["kl"] - rb.metrics["kl"]) < 1e-5
+
+
+def test_the_engine_prefills_a_repeated_prompt_once_and_samples_each_row_as_alone(tiny_policy):
+    from orchlib.engines import SamplingParams, TransformersEngine
+
+    model, tok = tiny_policy
+    p, q = tok.encode("<|im_start|>user\nWhat is 2 + 3?"), tok.encode("<|im_start|>user\nName a tool.")
+    greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
+    engine = TransformersEngine(model, tok, prefix_cache_mb=0)
+    both = engine.generate([p, q, p, p], greedy)
+    assert both.meta["distinct_prompts"] == 2
+    alone = {k: engine.generate([x], greedy).outputs[0] for k, x in (("p", p), ("q", q))}
+    for g, k in zip(both.outputs, "pqpp"):
+        assert g.ids == alone[k].ids
+        assert max(abs(a - b) for a, b in zip(g.logprobs, alone[k].logprobs)) < 1e-4
+    # sampled: one uniform per row, so the repeated rows draw apart
+    sampled = engine.generate([p] * 8, SamplingParams(max_new_tokens=6, temperature=1.0, seed=0))
+    assert len({tuple(g.ids) for g in sampled.outputs}) > 1
