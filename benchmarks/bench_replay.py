@@ -13,8 +13,8 @@ the figures a user wants from it are computed twice, side by side:
 
 The policy's own tokens are priced at 0 and take 0 s here, so both sides count the tools alone (the
 orchestrator's share is the same for every route and is tested elsewhere). Every figure is checked
-to agree (relative 1e-9); the table gives both times (wall and CPU), their ratio and the peak memory of
-the process. Targets: orchlib in ≤ 15 s and ≤ 1 GiB on 2 cores, ≤ 50× numpy, judged on CPU time (on a
+to agree (relative 1e-9); the table gives both times (wall and CPU; numpy's the best of three runs),
+their ratio and the peak memory of the process. Targets: orchlib in ≤ 15 s and ≤ 1 GiB on 2 cores, ≤ 50× numpy, judged on CPU time (on a
 shared machine it stands for the wall time of an idle one: the work is one thread). Exits 1 if a
 target is missed.
 """
@@ -225,9 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         path, questions = synthesise(Path(tmp), args.tasks, args.models, args.seed)
-        t0, c0 = time.perf_counter(), time.process_time()
-        ref = numpy_figures(path, questions, args.models, args.seed)
-        t_np, c_np = time.perf_counter() - t0, time.process_time() - c0
+        t_np = c_np = math.inf
+        for _ in range(3):  # the best of three: a tenth of a second is easily stretched on a shared machine
+            t0, c0 = time.perf_counter(), time.process_time()
+            ref = numpy_figures(path, questions, args.models, args.seed)
+            t_np, c_np = min(t_np, time.perf_counter() - t0), min(c_np, time.process_time() - c0)
         t0 = time.perf_counter()
         import jsonschema  # noqa: F401  one-off imports, paid by any program that loads a card
         from orchlib.models import build_tokenizer
