@@ -14,9 +14,9 @@ the figures a user wants from it are computed twice, side by side:
 The policy's own tokens are priced at 0 and take 0 s here, so both sides count the tools alone (the
 orchestrator's share is the same for every route and is tested elsewhere). Every figure is checked
 to agree (relative 1e-9); the table gives both times (wall and CPU; numpy's the best of three runs),
-their ratio and the peak memory of the process. Targets: orchlib in ≤ 15 s and ≤ 1 GiB on 2 cores, ≤ 50× numpy, judged on CPU time (on a
-shared machine it stands for the wall time of an idle one: the work is one thread). Exits 1 if a
-target is missed.
+their ratio and the peak memory of the process. Targets: orchlib in ≤ 15 s and ≤ 1 GiB on 2 cores,
+≤ 50× numpy, judged on CPU time (on a shared machine it stands for the wall time of an idle one: the
+work is one thread). Exits 1 if a target is missed.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_prefere
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["BASELINES", "EVAL_ROLLOUT", "ROUTE_BATCH", "RouteResult", "Trials", "routes", "route_label", "RouteEngine", "PromptMemo",
-           "run_routes", "try_routes", "route_stats", "choose", "make_baselines", "collector_paused"]
+__all__ = ["BASELINES", "EVAL_ROLLOUT", "ROUTE_BATCH", "RouteResult", "Trials", "routes", "route_label", "RouteEngine",
+           "PromptMemo", "run_routes", "try_routes", "route_stats", "choose", "make_baselines", "collector_paused"]
 
 T = TypeVar("T")
 

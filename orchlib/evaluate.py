@@ -41,8 +41,8 @@ from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_prefere
 from orchlib.tasks import PROFILES, Preference, Task
 from orchlib.trajectory import Trajectory, write_jsonl
 
-__all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare", "reward_across",
-           "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
+__all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare",
+           "reward_across", "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
            "BASELINES", "make_baselines", "try_routes", "choice_gap", "reference_runs", "anchored_reward",
            "under_profiles"]
 
@@ -122,7 +122,8 @@ class TrajectoryFigures:
                    t.calls, t.errors, t.finish_reason, _error_tools(t))
 
 
-def compute_metrics(trajectories: Sequence[Trajectory | TrajectoryFigures], rewards: Sequence[float] | None = None) -> dict[str, Any]:
+def compute_metrics(trajectories: Sequence[Trajectory | TrajectoryFigures], rewards: Sequence[float] | None = None
+                    ) -> dict[str, Any]:
     """`summarize` overall, per category and per preference profile."""
     groups: dict[str, dict[str, list[int]]] = {"by_category": defaultdict(list), "by_profile": defaultdict(list)}
     for i, t in enumerate(trajectories):

@@ -18,9 +18,9 @@ or empty answer.
 Money and time: recorded token counts are priced by the card per token class, reasoning tokens billed
 as output (`Price.per_m_reasoning` where a provider bills them apart) and cached input as input (or
 `per_m_cached_input`); `replay_cards(prices=load_prices())` takes every price from a price table
-(`orchlib.prices`, each row with its source and date); without counts, `approx_tokens` estimates input from the question and output
-from the answer. A recorded latency is reported as it is; otherwise the card's declared latency.
-Nothing is waited for. A recorded grade travels in `Observation.meta["grade"]` (the `recorded`
+(`orchlib.prices`, each row with its source and date); without counts, `approx_tokens` estimates input
+from the question and output from the answer. A recorded latency is reported as it is; otherwise the
+card's declared latency. Nothing is waited for. A recorded grade travels in `Observation.meta["grade"]` (the `recorded`
 checker of orchlib.tasks scores with it).
 
 Every file is read once per process and kept (no size limit, so many recordings are never re-read;
