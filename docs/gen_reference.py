@@ -29,7 +29,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
                   "orchlib.train.config:LoraSettings", "orchlib.train.sft:SFTConfig",
                   "orchlib.train.variants:VariantConfig"]),
     ("Rollouts and policies", ["orchlib.rollout:RolloutConfig", "orchlib.engines.base:SamplingParams",
-                               "orchlib.engines.openai:APIPolicyConfig"]),
+                               "orchlib.engines.openai:APIPolicyConfig", "orchlib.engines.vllm:VLLMConfig"]),
     ("Tool cards", ["orchlib.cards:ToolCard", "orchlib.cards:Price", "orchlib.cards:Latency"]),
     ("Tasks and preferences", ["orchlib.tasks:Task", "orchlib.tasks:Golden", "orchlib.tasks:UserSpec",
                                "orchlib.tasks:Preference"]),

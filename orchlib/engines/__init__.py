@@ -17,7 +17,7 @@ _LAZY: dict[str, str] = {
     "TransformersEngine": "orchlib.engines.transformers",
     "OpenAIPolicy": "orchlib.engines.openai", "APIPolicyConfig": "orchlib.engines.openai",
     "VLLMEngine": "orchlib.engines.vllm", "VLLMConfig": "orchlib.engines.vllm",
-    "make_vllm_engine": "orchlib.engines.vllm", "VLLMServerEngine": "orchlib.engines.vllm_server",
+    "VLLMServerEngine": "orchlib.engines.vllm_server",
 }
 
 __all__ = ["Engine", "GenerateResult", "Generation", "SamplingParams", "ScriptedEngine", *_LAZY]

@@ -1,5 +1,5 @@
-"""vLLM behind the Engine interface, colocated in this process (TRL's "colocate" mode) or as a client
-of a `vllm serve` server (`VLLMConfig.base_url`, see `vllm_server.py`).
+"""vLLM behind the Engine interface, colocated in this process (TRL's "colocate" mode); the client of a
+`vllm serve` server (`VLLMConfig.base_url`) is `vllm_server.py`.
 
 Token in, token out as the transformers engine: prompts are token ids, each result carries the sampled
 ids with their log-probs under softmax(logits / T) and a finish reason; generation stops only on the
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.engines.base import GenerateResult, Generation, SamplingParams
 
-__all__ = ["VLLMConfig", "VLLMEngine", "make_vllm_engine"]
+__all__ = ["VLLMConfig", "VLLMEngine"]
 
 
 class VLLMConfig(BaseModel):
@@ -60,16 +60,6 @@ class VLLMConfig(BaseModel):
                                     "server on the same host)")
 
 
-def make_vllm_engine(model, tokenizer, config: VLLMConfig = VLLMConfig(), seed: int = 0):
-    """The engine a trainer uses for `model` (a transformers model or a PEFT one): colocated, or a client
-    of `config.base_url`. It starts holding `model`'s current weights."""
-    if config.base_url:
-        from orchlib.engines.vllm_server import VLLMServerEngine
-
-        return VLLMServerEngine.for_model(model, tokenizer, config, seed=seed)
-    return VLLMEngine.for_model(model, tokenizer, config, seed=seed)
-
-
 class VLLMEngine:
     """vLLM's `LLM` in this process. `VLLMEngine("Qwen/Qwen3-0.6B")` serves a model id or folder as is;
     `VLLMEngine.for_model(model, tokenizer)` serves a model held in memory (the trainer's)."""
@@ -85,7 +75,7 @@ class VLLMEngine:
         import torch
 
         if config.base_url:
-            raise ValueError("VLLMEngine runs vLLM in this process; for base_url use make_vllm_engine or "
+            raise ValueError("VLLMEngine runs vLLM in this process; for a server at base_url use "
                              "VLLMServerEngine")
         if tokenizer is None:
             from transformers import AutoTokenizer

@@ -139,9 +139,11 @@ class Trainer:
         acc = self.accelerator
         seed = config.seed * 1000 + acc.process_index
         if config.engine == "vllm":  # starts holding the model's current weights (after any warm start)
-            from orchlib.engines.vllm import make_vllm_engine
-
-            self.engine = make_vllm_engine(acc.unwrap_model(self.model), self.tokenizer, config.vllm, seed=seed)
+            if config.vllm.base_url:
+                from orchlib.engines.vllm_server import VLLMServerEngine as VLLM
+            else:
+                from orchlib.engines.vllm import VLLMEngine as VLLM
+            self.engine = VLLM.for_model(acc.unwrap_model(self.model), self.tokenizer, config.vllm, seed=seed)
         else:
             self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer, seed=seed)
         self.toolbox = _resolve_tools(tools)
