@@ -225,3 +225,79 @@ def test_engine_choice_reads_from_a_run_config_file(tmp_path):
     path.write_text("policy: tiny\ngrpo:\n  engine: vllm\n  vllm:\n    kv_cache: 256\n")
     with pytest.raises(ConfigFileError, match=r"run.yaml:5: grpo.vllm.kv_cache: unknown field"):
         load_config(path, RunConfig)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_folder):
+    """`vllm serve` of the tiny policy on 127.0.0.1, started as the docs say (dev mode for weight sync,
+    runtime LoRA, processed log-probs); ~50 s to start on 2 busy cores."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_folder),
+           "--host", "127.0.0.1", "--port", str(port), "--logprobs-mode", "processed_logprobs",
+           "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", "--enable-lora", "--max-lora-rank", "8"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("vllm serve did not answer within 240 s")
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its engine process, this test's own
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_server_mode_generates_and_syncs_full_weights_and_lora(vllm_server, tiny_folder, prompt):
+    from peft import LoraConfig, get_peft_model
+
+    from orchlib.engines import VLLMServerEngine
+
+    model, tok = load_policy(tiny_folder)
+    perturb(model)  # not the weights the server loaded: for_model sends them
+    eng = VLLMServerEngine.for_model(model, tok, VLLMConfig(base_url=vllm_server), seed=0)
+    try:
+        params = SamplingParams(max_new_tokens=10, temperature=0.7, seed=1)
+        out = eng.generate([prompt] * 3, params, stop_ids=[tok.eos_token_id])
+        assert all(gap(model, prompt, g, 0.7) <= TOL for g in out.outputs)
+        assert len({tuple(g.ids) for g in out.outputs}) > 1
+        assert [g.ids for g in eng.generate([prompt] * 3, params, stop_ids=[tok.eos_token_id]).outputs] == \
+            [g.ids for g in out.outputs]
+        adam_step(model, tok)
+        eng.sync_weights(model)
+        plain = SamplingParams(max_new_tokens=10, temperature=1.0)
+        assert all(gap(model, prompt, g) <= TOL for g in eng.generate([prompt] * 2, plain).outputs)
+        peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear",
+                                                task_type="CAUSAL_LM"))
+        perturb(peft, scale=0.05, only_lora=True)
+        names = [eng.model_name]
+        for _ in range(2):
+            adam_step(peft, tok, lr=5e-2)
+            eng.sync_weights(peft)
+            names.append(eng.model_name)
+            assert all(gap(peft, prompt, g) <= TOL for g in eng.generate([prompt] * 2, plain).outputs)
+        assert len(set(names)) == 3
+    finally:
+        eng.close()
