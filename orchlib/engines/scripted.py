@@ -27,7 +27,7 @@ from orchlib.engines.base import GenerateResult, Generation, SamplingParams
 __all__ = ["ScriptedEngine", "ScriptExhausted"]
 
 Script = Sequence[str] | Callable[[str, int], str]
-_TAIL = 16  # ids at the end of a written sequence checked before its whole prefix is
+_TAIL = 16  # ids at the end of a written sequence that file it (its whole prefix is compared on a match)
 
 
 class ScriptExhausted(RuntimeError):
@@ -67,8 +67,8 @@ class ScriptedEngine:
                     self._add(t.prompt, t.id, turns[t.id])
         else:
             self._shared = turns
-        self._live: dict[int, dict[tuple[int, ...], list[_Episode]]] = {}
-        self._tails: dict[int, set[tuple[int, ...]]] = {}  # length → last _TAIL ids of the sequences written
+        # length → last _TAIL ids → (sequence written, its episode), in the order they were written
+        self._live: dict[int, dict[tuple[int, ...], list[tuple[tuple[int, ...], _Episode]]]] = {}
         self._started: dict[str, int] = {}
 
     @classmethod
@@ -99,16 +99,18 @@ class ScriptedEngine:
 
     # ------------------------------------------------------------------ following episodes by their ids
     def _find(self, prompt: Sequence[int]) -> tuple[_Episode, int] | None:
-        """The episode whose written sequence `prompt` extends, and that sequence's length."""
+        """The episode whose written sequence `prompt` extends, and that sequence's length (of several
+        episodes that wrote the same sequence, the last one)."""
         for length in sorted(self._live, reverse=True):
             if length < len(prompt):
-                by_tail = self._live[length]
-                # the last ids first: a whole prefix is copied and compared only where they match
-                tail = tuple(prompt[max(0, length - _TAIL):length])
-                if tail in self._tails.get(length, ()):
-                    waiting = by_tail.get(tuple(prompt[:length]))
-                    if waiting:
-                        return waiting.pop(), length
+                # sequences are filed by their last ids: a whole prefix is copied and compared only where
+                # those match
+                waiting = self._live[length].get(tuple(prompt[max(0, length - _TAIL):length]))
+                if waiting:
+                    head = tuple(prompt[:length])
+                    for k in range(len(waiting) - 1, -1, -1):
+                        if waiting[k][0] == head:
+                            return waiting.pop(k)[1], length
         return None
 
     def _new(self, prompt: Sequence[int]) -> _Episode:
@@ -150,7 +152,6 @@ class ScriptedEngine:
         found = [self._find(p) for p in prompts]
         if all(f is None for f in found):  # a new rollout: forget the last one's episodes
             self._live.clear()
-            self._tails.clear()
             self._started.clear()
         outs = []
         for p, hit in zip(prompts, found):
@@ -167,11 +168,9 @@ class ScriptedEngine:
             ep.turn += 1
             if callable(ep.script):
                 ep.text += self.tokenizer.decode(ids, skip_special_tokens=False)
-            written = tuple(p) + tuple(ids)
-            self._live.setdefault(len(written), {}).setdefault(written, []).append(ep)
-            self._tails.setdefault(len(written), set()).add(written[-_TAIL:])
+            written = (*p, *ids)
+            self._live.setdefault(len(written), {}).setdefault(written[-_TAIL:], []).append((written, ep))
             outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
         for length in [n for n, d in self._live.items() if not any(d.values())]:
             del self._live[length]
-            self._tails.pop(length, None)
         return GenerateResult(outs, time.perf_counter() - t0, prompt_tokens=sum(map(len, prompts)))
