@@ -251,17 +251,16 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     engine = TransformersEngine(model, tok, seed=config.seed)
     pool = copy_drills(config.seed, config.copy_drills + 64 + config.sft_extra_arithmetic,
                        {t.prompt for t in train + test})
-    drills, gate = pool[:config.copy_drills], pool[-64:]
+    drills, heldout = pool[:config.copy_drills], pool[-64:]
     extra = extra_arithmetic(pool[config.copy_drills:-64], config.seed)
     copy_sft, phase1_copy = None, 0.0
-    if config.copy_drills and config.copy_max_steps:
+    if config.copy_drills and config.copy_steps:
         copy_sft = sft_train(model, tok, copy_examples(drills, tok),
-                             SFTConfig(seed=config.seed, max_steps=config.copy_max_steps, batch_size=16,
+                             SFTConfig(seed=config.seed, max_steps=config.copy_steps, batch_size=16,
                                        learning_rate=config.copy_learning_rate, schedule="constant",
                                        warmup_fraction=0.02),
-                             progress=progress, until=lambda: copy_accuracy(engine, gate) >= config.copy_gate,
-                             check_every=50, desc="warm start 1/2: copy drills")
-        phase1_copy = copy_accuracy(engine, gate)  # in the drills' format; phase 2 moves on to the real one
+                             progress=progress, desc="warm start 1/2: copy drills")
+        phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
     # every valid tool written for each task: a per-task draw is learned by heart and biases the choice
     gold = golden_trajectories(train + extra, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
@@ -276,7 +275,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     t = time.perf_counter()
     checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed)
     checks["copy_drill_steps"] = float(len(copy_sft.losses)) if copy_sft else 0.0
-    checks["copy_gate_accuracy"] = phase1_copy
+    checks["copy_heldout_accuracy"] = phase1_copy
     model.eval()
     checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
     checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],

@@ -168,7 +168,7 @@ def table_text(m: dict[str, Any]) -> str:
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
              f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
              f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
-             f"{100 * m['format'].get('copy_gate_accuracy', 0):.0f}% of held-out drills copied); P read at the "
+             f"{100 * m['format'].get('copy_heldout_accuracy', 0):.0f}% of held-out drills copied); P read at the "
              f"choice on the reading drills' pair: {m['format'].get('reading_gap_points', float('nan')):.1f} points",
              f"GRPO reward against fixed reference runs: first 10 steps {m['reward_first10']:.3f}, last 10 steps "
              f"{m['reward_last10']:.3f} (within each step's own groups, as the update sees it: "
