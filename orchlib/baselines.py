@@ -27,6 +27,7 @@ import random
 import re
 from collections import OrderedDict
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -119,6 +120,8 @@ class PromptMemo:
         self._piece_text: dict[str, str] = {}  # a piece → the text its ids decode to
         self._decode_by_pieces = self._split is not None
         self._own_template = getattr(tokenizer, "chat_template", None) == CHAT_TEMPLATE
+        # first prompt → its (task prompt, P line), for every RouteEngine over this memo (see _RouteScript)
+        self.prompt_keys: dict[str, tuple[str, str]] = {}
 
     @classmethod
     def of(cls, tokenizer) -> PromptMemo:
@@ -321,6 +324,12 @@ def _prompt_key(prompt_text: str) -> tuple[str, str]:
     return user, pref.group(0).strip() if pref else ""
 
 
+@lru_cache(maxsize=1024)
+def _bare_call(name: str) -> str:
+    """A call without arguments (a model tool given the task: every route of that tool), rendered once."""
+    return render_call(ToolCall(name=name))
+
+
 class RouteEngine(ScriptedEngine):
     """Writes each task's planned route, one call per turn (a later call may depend on an earlier
     write), then the perfect reader's answer. `plan` maps task id → route label."""
@@ -336,16 +345,19 @@ class RouteEngine(ScriptedEngine):
             by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
         # The script is an object of its own, not a bound method: an engine that held its own method
         # would be a cycle, kept (with every episode it followed) until the garbage collector ran.
-        super().__init__(tokenizer, _RouteScript(name, by_key))
+        super().__init__(tokenizer, _RouteScript(name, by_key, getattr(tokenizer, "prompt_keys", None)))
         self.name = name
 
 
 class _RouteScript:
     """The turn a RouteEngine writes, from the conversation so far."""
 
-    def __init__(self, name: str, by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]]):
+    def __init__(self, name: str, by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]],
+                 first: dict[str, tuple[str, str]] | None = None):
         self.name, self.by_key = name, by_key
-        self.first: dict[str, tuple[str, str]] = {}  # first prompt → its (task prompt, P line)
+        # first prompt → its (task prompt, P line): a function of the text alone, so a memo's engines
+        # (one per batch of routes, one per baseline) share it
+        self.first: dict[str, tuple[str, str]] = {} if first is None else first
 
     def __call__(self, prompt_text: str, turn: int) -> str:
         # A first prompt is the same text on every route of its task: its key is found once.
@@ -361,7 +373,8 @@ class _RouteScript:
             key = same[0]
         task, calls = self.by_key[key]
         if turn < len(calls):
-            return render_call(calls[turn])
+            call = calls[turn]
+            return _bare_call(call.name) if not call.arguments else render_call(call)
         shown = _RESPONSE.findall(prompt_text[prompt_text.index(_USER):])
         gold = task.golden.answer if task.golden and task.golden.answer is not None else task.answer
         if gold is not None and answer_in_text(task, "\n".join(shown)):

@@ -34,7 +34,7 @@ from orchlib.engines.base import Engine, SamplingParams
 from orchlib.envs.users import make_user
 from orchlib.tasks import Preference, Task
 from orchlib.tools.base import ToolError, run_sync  # one sync bridge for the library (works inside Jupyter's loop)
-from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn
+from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn, new_turn, set_fields
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
            "shown_preference", "user_message", "assistant_prefix"]
@@ -212,8 +212,8 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
             ep.traj.logprobs.extend(lps)
             text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
             gen_s = result.seconds if config.measure_policy_latency else len(ids) * config.policy_seconds_per_token
-            turn = Turn(text=text, gen_latency_s=gen_s, latency_s=gen_s, tokens_out=len(ids),
-                        cost_usd=(in_tokens * config.policy_price_in + len(ids) * config.policy_price_out) / 1e6)
+            turn = new_turn(text, float(gen_s), len(ids),
+                            (in_tokens * config.policy_price_in + len(ids) * config.policy_price_out) / 1e6)
             ep.traj.turns.append(turn)
             try:
                 content, calls = parse_tool_calls(text)
@@ -231,7 +231,7 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
                 over = len(ep.traj.ids) >= config.max_total_tokens
                 _finish(ep, "answer" if ended else "token_budget" if over else "length")
                 continue
-            turn.calls = calls
+            set_fields(turn, {"calls": calls})
             ep.calls.update(c.name for c in calls)
             pending.append((ep, turn, calls))
         _run_tools(pending, asking, toolbox, config)
@@ -243,7 +243,7 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
         for ep, turn, _ in pending:
             final = next((o for o in turn.observations if o.final and not o.error), None)
             if final is not None:
-                ep.traj.final_answer = final.content
+                ep.traj.set_fields(final_answer=final.content)
                 _finish(ep, "final_tool")
                 continue
             ended = ep.traj.ids[-1] == eos
@@ -436,11 +436,11 @@ def _record(ep: _Episode, turn: Turn, obs: list[Observation], tools_s: float | N
     for o in obs:
         if o.error_kind:
             ep.errors[o.error_kind] += 1
-    turn.observations += obs
-    turn.cost_usd += sum(o.cost_usd for o in turn.observations)
+    turn.observations.extend(obs)  # in place; the two sums are set at once (pydantic's setattr costs)
     if tools_s is None:
         tools_s = max((o.latency_s for o in turn.observations), default=0.0)
-    turn.latency_s = turn.gen_latency_s + tools_s
+    set_fields(turn, {"cost_usd": turn.cost_usd + sum(o.cost_usd for o in turn.observations),
+                      "latency_s": turn.gen_latency_s + tools_s, "observations": turn.observations})
 
 
 def _not_offered(call, task: Task) -> Observation:
@@ -461,14 +461,12 @@ def _declared(obs: Observation, toolbox, ep: _Episode) -> Observation:
 def _finish(ep: _Episode, reason: str) -> None:
     ep.done = True
     t = ep.traj
-    t.finish_reason = reason  # type: ignore[assignment]
-    t.calls = dict(sorted(ep.calls.items()))
-    t.errors = dict(sorted(ep.errors.items()))
-    t.cost_usd = sum(turn.cost_usd for turn in t.turns)
-    t.latency_s = sum(turn.latency_s for turn in t.turns)
     users = [turn.user for turn in t.turns if turn.user is not None]  # the user's bill, apart
-    t.user_cost_usd, t.user_latency_s = sum(u.cost_usd for u in users), sum(u.latency_s for u in users)
+    # Set at once: pydantic's per-attribute assignment costs more than these sums.
+    t.set_fields(finish_reason=reason, calls=dict(sorted(ep.calls.items())), errors=dict(sorted(ep.errors.items())),
+                 cost_usd=sum(turn.cost_usd for turn in t.turns), latency_s=sum(turn.latency_s for turn in t.turns),
+                 user_cost_usd=sum(u.cost_usd for u in users), user_latency_s=sum(u.latency_s for u in users))
     # The observation a `final` tool answered with (its recorded grade, for the `recorded` checker).
     final = (next((o for o in t.turns[-1].observations if o.final and not o.error), None)
              if reason == "final_tool" else None)
-    t.outcome = ep.task.score(t.final_answer, ep.env, final, t) if t.final_answer is not None else 0.0
+    t.set_fields(outcome=ep.task.score(t.final_answer, ep.env, final, t) if t.final_answer is not None else 0.0)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchlib.atomic import write_text_atomic
 
 __all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "UserTurn", "Turn", "Trajectory",
-           "write_jsonl", "read_jsonl"]
+           "new_turn", "set_fields", "write_jsonl", "read_jsonl"]
 
 ErrorKind = Literal["malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout"]
 ERROR_KINDS: tuple[str, ...] = ("malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout")
@@ -115,11 +115,17 @@ class Trajectory(BaseModel):
         The caller passes values of the right types (a task's fields, the tokenizer's ids); every field
         is given, so no default is looked up (pydantic inspects each default factory's signature)."""
         n = len(prompt_ids)
-        return cls.model_construct(
+        return _built(cls, dict(
             task_id=task_id, group_index=group_index, prompt=prompt, preference=preference, category=category,
             turns=[], ids=list(prompt_ids), mask=[0] * n, logprobs=[0.0] * n, prompt_len=n, final_answer=None,
             finish_reason="", outcome=0.0, cost_usd=0.0, latency_s=0.0, user_cost_usd=0.0, user_latency_s=0.0,
-            calls={}, errors={}, meta={})
+            calls={}, errors={}, meta={}))
+
+    def set_fields(self, **values: Any) -> None:
+        """Several fields set at once, as plain assignments set them (assignments are not validated: no
+        `validate_assignment`), without pydantic's per-attribute path, which costs more than the values
+        an episode's end writes. The caller passes values of the right types."""
+        set_fields(self, values)
 
     @property
     def num_turns(self) -> int:
@@ -149,6 +155,34 @@ class Trajectory(BaseModel):
             if turn.user is not None:
                 msgs.append({"role": "user", "content": turn.user.text})
         return msgs
+
+
+def _built(cls, values: dict[str, Any], fields_set: set[str] | None = None):
+    """`cls.model_construct(**values)` for a model without aliases, private attributes or extras, given
+    every field: what model_construct stores, without its per-field lookups (it is the larger part of
+    starting a replayed episode)."""
+    m = cls.__new__(cls)
+    object.__setattr__(m, "__dict__", values)
+    object.__setattr__(m, "__pydantic_fields_set__", set(values) if fields_set is None else fields_set)
+    object.__setattr__(m, "__pydantic_extra__", None)
+    object.__setattr__(m, "__pydantic_private__", None)
+    return m
+
+
+def new_turn(text: str, gen_latency_s: float, tokens_out: int, cost_usd: float) -> Turn:
+    """`Turn(text=..., gen_latency_s=..., latency_s=gen_latency_s, tokens_out=..., cost_usd=...)` without
+    validation, for the rollout's sampled turns (a str, two floats and an int it computed itself)."""
+    turn = _built(Turn, {"text": text, "calls": [], "observations": [], "gen_latency_s": gen_latency_s,
+                         "latency_s": gen_latency_s, "cost_usd": cost_usd, "tokens_out": tokens_out, "user": None},
+                  {"text", "gen_latency_s", "latency_s", "tokens_out", "cost_usd"})  # as Turn(...) sets them
+    return turn
+
+
+def set_fields(model: BaseModel, values: dict[str, Any]) -> None:
+    """What `model.name = value` does for each item on a model without `validate_assignment`, private
+    attributes or properties among `values` (pydantic's own handler for such a field, done at once)."""
+    model.__dict__.update(values)
+    model.__pydantic_fields_set__.update(values)
 
 
 def write_jsonl(trajectories: Iterable[Trajectory], path: str | os.PathLike) -> Path:
