@@ -39,7 +39,7 @@ from orchlib.baselines import run_routes
 from orchlib.chat import CALL_OPENING
 from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_preference, tool_schemas
 from orchlib.tasks import PROFILES, Preference, Task
-from orchlib.trajectory import Trajectory, write_jsonl
+from orchlib.trajectory import Trajectory, to_json_line, write_jsonl
 
 __all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare",
            "reward_across", "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
@@ -311,7 +311,7 @@ class _JsonlSink:
         return self
 
     def write(self, trajectories: Sequence[Trajectory]) -> None:
-        self.file.write("".join(t.model_dump_json() + "\n" for t in trajectories))
+        self.file.write("".join(to_json_line(t) + "\n" for t in trajectories))
 
     def __exit__(self, kind, error, tb) -> None:
         if self.path is None:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from orchlib.atomic import write_text_atomic
 
 __all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "UserTurn", "Turn", "Trajectory",
-           "new_turn", "set_fields", "write_jsonl", "read_jsonl"]
+           "new_turn", "set_fields", "to_json_line", "write_jsonl", "read_jsonl"]
 
 ErrorKind = Literal["malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout"]
 ERROR_KINDS: tuple[str, ...] = ("malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout")
@@ -185,9 +186,80 @@ def set_fields(model: BaseModel, values: dict[str, Any]) -> None:
     model.__pydantic_fields_set__.update(values)
 
 
+# ---------------------------------------------------------------------------------------------- JSON lines
+_BEFORE_IDS = frozenset(("task_id", "group_index", "prompt", "preference", "category", "turns"))
+_AFTER_IDS = frozenset(Trajectory.model_fields) - _BEFORE_IDS - {"ids", "mask", "logprobs"}
+_INTS, _FLOATS = TypeAdapter(list[int]), TypeAdapter(list[float])  # the fields' own serialisers
+_MIN_PROMPT = 256  # shorter prompts: the whole trajectory at once is as cheap
+
+
+class _PromptJson:
+    """The JSON of the prompt part of `ids` (and of the all-zero `mask` and `logprobs` there), kept per
+    prompt: every episode of a task starts from the same prompt ids, and several policies evaluated on
+    the same tasks write the same prompts again. Found by the prompt's length and last ids, then the
+    whole prefix is compared, so a hit is exact; bounded by the ids it holds (least recently used go)."""
+
+    def __init__(self, max_ids: int = 4_000_000):
+        self.max_ids, self.held = max_ids, 0
+        self.ids: OrderedDict[tuple, list[tuple[list[int], str]]] = OrderedDict()
+        self.zeros: dict[int, tuple[list[int], list[float], str, str]] = {}  # n → ([0]*n, [0.0]*n, their JSON)
+
+    def pieces(self, t: Trajectory) -> tuple[str, str, str] | None:
+        """(ids, mask, logprobs) JSON of the first `prompt_len` entries, without brackets; None when the
+        mask or log-probs there are not all zeros (then nothing is saved)."""
+        n = t.prompt_len
+        zeros = self.zeros.get(n)
+        if zeros is None:
+            if len(self.zeros) > 64:
+                self.zeros.clear()
+            zeros = self.zeros[n] = ([0] * n, [0.0] * n, _INTS.dump_json([0] * n).decode()[1:-1],
+                                     _FLOATS.dump_json([0.0] * n).decode()[1:-1])
+        # (-0.0 == 0.0: a negative zero there, which no rollout writes, would be written 0.0)
+        if t.mask[:n] != zeros[0] or t.logprobs[:n] != zeros[1]:
+            return None
+        head = t.ids[:n]
+        key = (n, tuple(head[-16:]))
+        entries = self.ids.get(key)
+        if entries is not None:
+            self.ids.move_to_end(key)
+            for known, text in entries:
+                if known == head:
+                    return text, zeros[2], zeros[3]
+        text = _INTS.dump_json(head).decode()[1:-1]
+        self.ids.setdefault(key, []).append((head, text))
+        self.held += n
+        while self.held > self.max_ids and len(self.ids) > 1:
+            _, gone = self.ids.popitem(last=False)
+            self.held -= sum(len(k) for k, _ in gone)
+        return text, zeros[2], zeros[3]
+
+
+_PROMPTS = _PromptJson()
+
+
+def _joined(prefix: str, rest: bytes) -> str:
+    return prefix if rest == b"[]" else prefix + "," + rest.decode()[1:-1]
+
+
+def to_json_line(t: Trajectory) -> str:
+    """`t.model_dump_json()`, byte for byte (but for a -0.0 log-prob under the prompt), with the prompt's ids (and the zeros of the mask and
+    log-probs under them) written once per prompt rather than once per trajectory (see _PromptJson):
+    they are most of a trajectory's JSON."""
+    n = t.prompt_len
+    found = _PROMPTS.pieces(t) if n >= _MIN_PROMPT and len(t.ids) >= n and len(t.mask) >= n and len(
+        t.logprobs) >= n else None
+    if found is None:
+        return t.model_dump_json()
+    ids, mask, logprobs = found
+    head, tail = t.model_dump_json(include=_BEFORE_IDS), t.model_dump_json(include=_AFTER_IDS)
+    return "".join((head[:-1], ',"ids":[', _joined(ids, _INTS.dump_json(t.ids[n:])),
+                    '],"mask":[', _joined(mask, _INTS.dump_json(t.mask[n:])),
+                    '],"logprobs":[', _joined(logprobs, _FLOATS.dump_json(t.logprobs[n:])), "],", tail[1:]))
+
+
 def write_jsonl(trajectories: Iterable[Trajectory], path: str | os.PathLike) -> Path:
     """Write one trajectory per line, atomically (temporary file then rename)."""
-    return write_text_atomic(path, "".join(t.model_dump_json() + "\n" for t in trajectories))
+    return write_text_atomic(path, "".join(to_json_line(t) + "\n" for t in trajectories))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
