@@ -271,7 +271,7 @@ class PromptMemo:
             return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, **kw)
         if len(ids) > 256:  # a prompt (kept), or a longer conversation (not kept)
             entries = self._decoded.get(self._tail(ids), ())
-            whole = tuple(ids) if entries else ()
+            whole = (ids if type(ids) is tuple else tuple(ids)) if entries else ()
             for entry in entries:
                 if entry[0] == whole:
                     if entry[1] is None:

@@ -9,12 +9,13 @@ the sampled ids, and those strings are exactly what `CHAT_TEMPLATE` renders for 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Iterable
 
 from orchlib import safejson
-from orchlib.trajectory import ToolCall
+from orchlib.trajectory import ToolCall, new_tool_call
 
 __all__ = [
     "IM_START", "IM_END", "TOOL_CALL", "TOOL_CALL_END", "CALL_OPENING", "TOOL_RESPONSE", "TOOL_RESPONSE_END", "PAD",
@@ -108,27 +109,47 @@ def parse_tool_calls(text: str, names: Any = None) -> tuple[str, list[ToolCall]]
     a string "name" and an object "arguments" (may be omitted for no arguments), nothing else.
     `names`: the `orchlib.toolnames.ToolNames` the tools were listed under, when an export mapped
     them; calls come back under the cards' names (a name it does not know stays as written).
+    Each call returns new ToolCall objects (their arguments are the caller's to change), though a
+    text seen before is not checked again (`_split`: many episodes write the same turn).
     """
-    calls: list[ToolCall] = []
-    content_parts: list[str] = []
-    pos, open_at = 0, -1
-    for m in _TAG.finditer(text):
-        if m.group() == TOOL_CALL:
-            if open_at >= 0:
-                raise ToolCallParseError(f"{TOOL_CALL} opened again before {TOOL_CALL_END}", m.start())
-            content_parts.append(text[pos:m.start()])
-            open_at = m.end()
-        else:
-            if open_at < 0:
-                raise ToolCallParseError(f"{TOOL_CALL_END} without an opening {TOOL_CALL}", m.start())
-            calls.append(_parse_one(text[open_at:m.start()], open_at))
-            open_at, pos = -1, m.end()
-    if open_at >= 0:
-        raise ToolCallParseError(f"{TOOL_CALL} is never closed with {TOOL_CALL_END}", open_at - len(TOOL_CALL))
-    content_parts.append(text[pos:])
+    content, parts = _split(text)
+    if content is None:
+        raise ToolCallParseError(*parts)
+    # a call's JSON is read again for fresh arguments (C speed); no arguments need no reading
+    calls = [new_tool_call(name, {} if body is None else json.loads(body).get("arguments", {}))
+             for name, body in parts]
     if names is not None:
         calls = [ToolCall(name=names.internal(c.name), arguments=c.arguments) for c in calls]
-    return "".join(content_parts).strip(), calls
+    return content, calls
+
+
+@functools.lru_cache(maxsize=4096)  # thread-safe; texts are a turn long (max_new_tokens)
+def _split(text: str) -> tuple[str | None, tuple]:
+    """(content, ((name, the call's JSON, or None when it has no arguments), ...)) of a checked text, or
+    (None, ToolCallParseError's arguments): immutable, so one cached result serves every caller."""
+    parts: list[tuple[str, str | None]] = []
+    content_parts: list[str] = []
+    pos, open_at = 0, -1
+    try:
+        for m in _TAG.finditer(text):
+            if m.group() == TOOL_CALL:
+                if open_at >= 0:
+                    raise ToolCallParseError(f"{TOOL_CALL} opened again before {TOOL_CALL_END}", m.start())
+                content_parts.append(text[pos:m.start()])
+                open_at = m.end()
+            else:
+                if open_at < 0:
+                    raise ToolCallParseError(f"{TOOL_CALL_END} without an opening {TOOL_CALL}", m.start())
+                body = text[open_at:m.start()]
+                call = _parse_one(body, open_at)
+                parts.append((call.name, body if call.arguments else None))
+                open_at, pos = -1, m.end()
+        if open_at >= 0:
+            raise ToolCallParseError(f"{TOOL_CALL} is never closed with {TOOL_CALL_END}", open_at - len(TOOL_CALL))
+    except ToolCallParseError as e:
+        return None, (e.reason, e.position, e.snippet)
+    content_parts.append(text[pos:])
+    return "".join(content_parts).strip(), tuple(parts)
 
 
 def _parse_one(body: str, offset: int) -> ToolCall:
@@ -148,7 +169,7 @@ def _parse_one(body: str, offset: int) -> ToolCall:
     args = obj.get("arguments", {})
     if not isinstance(args, dict):
         raise ToolCallParseError(f"'arguments' must be a JSON object, got {type(args).__name__}", offset, snippet)
-    return ToolCall(name=name, arguments=args)
+    return new_tool_call(name, args)
 
 
 _NAME_KEY = re.compile(r'"name"\s*:\s*"')

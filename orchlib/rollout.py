@@ -33,7 +33,7 @@ from orchlib.chat import IM_END, IM_START, ToolCallParseError, observation_segme
 from orchlib.engines.base import Engine, SamplingParams
 from orchlib.envs.users import make_user
 from orchlib.tasks import Preference, Task
-from orchlib.tools.base import ToolError, run_sync  # one sync bridge for the library (works inside Jupyter's loop)
+from orchlib.tools.base import ToolContext, ToolError, run_sync  # one sync bridge for the library (works inside Jupyter's loop)
 from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn, new_turn, set_fields
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
@@ -139,6 +139,17 @@ def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
     return schemas
 
 
+_DEFAULT_DUMP = Preference(name="default").model_dump()
+
+
+def _preference_dump(task: Task) -> dict:
+    """`shown_preference(task).model_dump()`, a new dict each time; the default profile's is copied from
+    one dump rather than built and dumped per episode (its only containers are flat dicts of floats)."""
+    if task.preference is not None:
+        return task.preference.model_dump()
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in _DEFAULT_DUMP.items()}
+
+
 class _Episode:
     """Mutable state of one trajectory while it runs."""
 
@@ -146,8 +157,8 @@ class _Episode:
         self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
         # Built without validation: every field is already of its type (the task's fields are validated,
         # the ids are the tokenizer's ints), and validating three prompt-long lists per episode copies them.
-        self.traj = Trajectory.begin(task.id, index, task.prompt, task.category,
-                                     shown_preference(task).model_dump(), prompt_ids)
+        self.traj = Trajectory.begin(task.id, index, task.prompt, task.category, _preference_dump(task),
+                                     prompt_ids)
         self.errors: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.done = False
@@ -398,13 +409,9 @@ async def _ask_user(ep: _Episode) -> UserTurn:
 async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> tuple[list[Observation], float]:
     """One episode's calls of one turn: observations in the order of `calls`, and the seconds the
     calls took together (the slowest concurrent call, or the stateful calls' sum when longer)."""
-    from orchlib.tools.base import ToolContext
-
     if not calls:
         return [], 0.0
-    ctx = ToolContext(task_id=ep.task.id, prompt=ep.task.prompt, category=ep.task.category,
-                      answer=ep.task.answer, messages=ep.messages(), env=ep.env,
-                      seed=ep.traj.group_index)
+    ctx = _EpisodeContext(ep)
     # a tool the task does not offer is unknown to this episode, even if the toolbox has it
     offered = [i for i, c in enumerate(calls) if ep.task.tools is None or c.name in ep.task.tools]
     serial = [i for i in offered if config.stateful_calls == "in_order" and calls[i].name in toolbox
@@ -428,6 +435,30 @@ async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> tu
     seconds = max(max((o.latency_s for i, o in enumerate(obs) if i not in serial), default=0.0),
                   sum(obs[i].latency_s for i in serial))
     return obs, seconds
+
+
+class _EpisodeContext(ToolContext):
+    """The ToolContext of one episode's turn, whose `messages` are built when a tool first reads them:
+    most tools never do (a replay, a function), and the conversation costs more to build than their call.
+    The episode does not change while its calls run (their observations are recorded after them all)."""
+
+    def __init__(self, ep: _Episode):
+        task = ep.task
+        self.task_id, self.prompt, self.category, self.answer = task.id, task.prompt, task.category, task.answer
+        self.env, self.seed = ep.env, ep.traj.group_index
+        self._episode: _Episode | None = ep
+        self._messages: list[dict] | None = None
+
+    @property  # type: ignore[override]
+    def messages(self) -> list[dict]:
+        if self._messages is None:
+            self._messages = self._episode.messages()
+            self._episode = None
+        return self._messages
+
+    @messages.setter
+    def messages(self, value: list[dict]) -> None:
+        self._messages, self._episode = value, None
 
 
 def _record(ep: _Episode, turn: Turn, obs: list[Observation], tools_s: float | None = None) -> None:

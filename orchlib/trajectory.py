@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from orchlib.atomic import write_text_atomic
 
 __all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "UserTurn", "Turn", "Trajectory",
-           "new_turn", "set_fields", "to_json_line", "write_jsonl", "read_jsonl"]
+           "new_turn", "new_tool_call", "new_observation", "set_fields", "to_json_line", "write_jsonl", "read_jsonl"]
 
 ErrorKind = Literal["malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout"]
 ERROR_KINDS: tuple[str, ...] = ("malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout")
@@ -177,6 +177,24 @@ def new_turn(text: str, gen_latency_s: float, tokens_out: int, cost_usd: float) 
                          "latency_s": gen_latency_s, "cost_usd": cost_usd, "tokens_out": tokens_out, "user": None},
                   {"text", "gen_latency_s", "latency_s", "tokens_out", "cost_usd"})  # as Turn(...) sets them
     return turn
+
+
+def new_tool_call(name: str, arguments: dict[str, Any]) -> ToolCall:
+    """`ToolCall(name=..., arguments=...)` without validation: a str and a dict with str keys (parsed JSON)."""
+    return _built(ToolCall, {"name": name, "arguments": arguments})
+
+
+# Observation's defaults, in its field order (`meta`'s fresh dict is made per observation).
+_OBSERVATION_DEFAULTS: dict[str, Any] = {name: f.default for name, f in Observation.model_fields.items()
+                                         if name != "meta"}
+
+
+def new_observation(values: dict[str, Any]) -> Observation:
+    """`Observation(**values)` without validation, for a backend's hot path (a replayed answer): the
+    caller passes values of the fields' own types (a str, ints, floats, a dict). As `Observation(...)`
+    does, the fields given are the ones set (`"latency_s" in obs.model_fields_set`: a reported time)."""
+    built = {**_OBSERVATION_DEFAULTS, "meta": {}, **values}
+    return _built(Observation, built, set(values))
 
 
 def set_fields(model: BaseModel, values: dict[str, Any]) -> None:

@@ -116,7 +116,9 @@ class ScriptedEngine:
     def _new(self, prompt: Sequence[int]) -> _Episode:
         if self._shared is not None and not callable(self._shared):  # nothing to read
             return _Episode(self._shared, "every episode")
-        text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+        # a list or tuple as it is (the prompt is thousands of ids; a tokenizer takes either)
+        text = self.tokenizer.decode(prompt if isinstance(prompt, (list, tuple)) else list(prompt),
+                                     skip_special_tokens=False)
         if self._shared is not None:
             return _Episode(self._shared, "every episode", text=text)
         # the task's words are the last user turn of the first prompt (P may follow them)
@@ -155,6 +157,7 @@ class ScriptedEngine:
             self._started.clear()
         outs = []
         for p, hit in zip(prompts, found):
+            p = p if type(p) is tuple else tuple(p)  # the one copy of the prompt: decoded, then filed below
             if hit is None:
                 ep = self._new(p)
             else:
@@ -168,7 +171,7 @@ class ScriptedEngine:
             ep.turn += 1
             if callable(ep.script):
                 ep.text += self.tokenizer.decode(ids, skip_special_tokens=False)
-            written = (*p, *ids)
+            written = p + tuple(ids)
             self._live.setdefault(len(written), {}).setdefault(written[-_TAIL:], []).append((written, ep))
             outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
         for length in [n for n, d in self._live.items() if not any(d.values())]:

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Coroutine, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchlib.cards import ToolCard, arguments_problem
-from orchlib.trajectory import Observation
+from orchlib.trajectory import Observation, set_fields
 
 __all__ = ["ToolContext", "Tool", "ToolError", "approx_tokens", "task_text", "resolve_path", "run_sync",
            "NoSettings"]
@@ -68,6 +68,10 @@ class Tool:
     kind: ClassVar[str] = ""
     Settings: ClassVar[type[BaseModel]] = NoSettings
     measured: ClassVar[bool] = True
+    # True where `_run` returns a new Observation on every call that nothing else holds (a replay builds
+    # one per answer): `__call__` then sets the tool's fields on it instead of copying it. A backend
+    # that may hand back one object twice (a cached result, a user function's) leaves it False.
+    fresh_observations: ClassVar[bool] = False
 
     def __init__(self, card: ToolCard):
         if self.kind and card.kind != self.kind:
@@ -153,6 +157,9 @@ class Tool:
         }
         if obs.error and not obs.content:
             update["content"] = f"error: {obs.error}"
+        if self.fresh_observations:  # the backend's own new object: completed in place, not copied
+            set_fields(obs, update)
+            return obs
         return obs.model_copy(update=update)
 
     def call_sync(self, arguments: dict[str, Any] | None = None, context: ToolContext | None = None,

@@ -47,7 +47,7 @@ from orchlib.atomic import write_text_atomic
 from orchlib.cards import Latency, Price, ToolCard
 from orchlib.prices import PriceTable
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, resolve_path
-from orchlib.trajectory import Observation
+from orchlib.trajectory import Observation, new_observation
 
 __all__ = ["ReplaySettings", "ReplayTool", "Recorded", "Recording", "RecordingError", "read_recording",
            "load_recording", "replay_lookup", "replay_cards", "write_recording", "clear_recordings",
@@ -411,6 +411,7 @@ class ReplayTool(Tool):
     kind = "replay"
     Settings = ReplaySettings
     measured = False
+    fresh_observations = True  # _run builds a new Observation per call
 
     def __init__(self, card: ToolCard):
         super().__init__(card)
@@ -445,14 +446,18 @@ class ReplayTool(Tool):
             context.prompt if self.settings.match == "task_id" else question)
         visible = found.tokens_out if found.tokens_out is not None else approx_tokens(found.text or "")
         tokens_out = visible + (0 if self.settings.output_includes_reasoning else reasoning)
-        extra: dict[str, Any] = {} if found.latency_s is None else {"latency_s": found.latency_s}
-        counts = dict(tokens_in=tokens_in, tokens_out=tokens_out, tokens_reasoning=min(reasoning, tokens_out),
-                      tokens_cached=min(found.tokens_cached or 0, tokens_in))
+        # Built without validation: the recording's values were checked when it was read (ints ≥ 0, floats).
+        values: dict[str, Any] = {"tokens_in": tokens_in, "tokens_out": tokens_out,
+                                  "tokens_reasoning": min(reasoning, tokens_out),
+                                  "tokens_cached": min(found.tokens_cached or 0, tokens_in)}
+        if found.latency_s is not None:  # a recorded time, reported as the call's (see Tool.__call__)
+            values["latency_s"] = found.latency_s
         if found.text is None:  # the model was asked and gave nothing: a failed call, charged what it was charged
-            message = f"{self.name}'s recorded response to this question is empty (a failed call)"
-            return Observation(content="", error=message, error_kind="tool_failure", **counts, **extra)
-        return Observation(content=found.text.strip(), meta={} if found.grade is None else {"grade": found.grade},
-                           **counts, **extra)
+            values.update(content="", error=f"{self.name}'s recorded response to this question is empty (a failed "
+                                            "call)", error_kind="tool_failure")
+        else:
+            values.update(content=found.text.strip(), meta={} if found.grade is None else {"grade": found.grade})
+        return new_observation(values)
 
 
 # ---------------------------------------------------------------------------------------------- building
