@@ -40,6 +40,8 @@ class _Episode:
     label: str
     turn: int = 0
     text: str = ""  # the conversation so far, for function scripts (built from the pieces)
+    unread: tuple[int, ...] = ()  # the ids it wrote last, decoded into `text` only if it goes on (most
+    # replayed episodes end at their one call, and their text would be copied for nothing)
 
 
 class ScriptedEngine:
@@ -162,15 +164,17 @@ class ScriptedEngine:
                 ep = self._new(p)
             else:
                 ep, length = hit
-                if callable(ep.script):  # only the new piece is decoded
-                    ep.text += self.tokenizer.decode(list(p[length:]), skip_special_tokens=False)
+                if callable(ep.script):  # only the new pieces are decoded
+                    ep.text += (self.tokenizer.decode(list(ep.unread), skip_special_tokens=False)
+                                + self.tokenizer.decode(list(p[length:]), skip_special_tokens=False))
+                    ep.unread = ()
             ids = list(self.tokenizer.encode(self._next_text(ep), add_special_tokens=False)) + [self._eos]
             finish = "stop"
             if len(ids) > params.max_new_tokens:
                 ids, finish = ids[:params.max_new_tokens], "length"
             ep.turn += 1
             if callable(ep.script):
-                ep.text += self.tokenizer.decode(ids, skip_special_tokens=False)
+                ep.unread = tuple(ids)
             written = p + tuple(ids)
             self._live.setdefault(len(written), {}).setdefault(written[-_TAIL:], []).append((written, ep))
             outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
