@@ -69,8 +69,9 @@ class ScriptedEngine:
                     self._add(t.prompt, t.id, turns[t.id])
         else:
             self._shared = turns
-        # length → last _TAIL ids → (sequence written, its episode), in the order they were written
-        self._live: dict[int, dict[tuple[int, ...], list[tuple[tuple[int, ...], _Episode]]]] = {}
+        # length → last _TAIL ids → (prompt, ids written after it, its episode), in the order they were
+        # written: the sequence is kept in its two pieces, so filing it copies no prompt
+        self._live: dict[int, dict[tuple[int, ...], list[tuple[tuple[int, ...], tuple[int, ...], _Episode]]]] = {}
         self._started: dict[str, int] = {}
 
     @classmethod
@@ -111,8 +112,9 @@ class ScriptedEngine:
                 if waiting:
                     head = tuple(prompt[:length])
                     for k in range(len(waiting) - 1, -1, -1):
-                        if waiting[k][0] == head:
-                            return waiting.pop(k)[1], length
+                        before, wrote, _ = waiting[k]
+                        if head[len(before):] == wrote and head[:len(before)] == before:
+                            return waiting.pop(k)[2], length
         return None
 
     def _new(self, prompt: Sequence[int]) -> _Episode:
@@ -160,6 +162,7 @@ class ScriptedEngine:
         outs = []
         for p, hit in zip(prompts, found):
             p = p if type(p) is tuple else tuple(p)  # the one copy of the prompt: decoded, then filed below
+            # (the caller extends its own list afterwards)
             if hit is None:
                 ep = self._new(p)
             else:
@@ -175,8 +178,9 @@ class ScriptedEngine:
             ep.turn += 1
             if callable(ep.script):
                 ep.unread = tuple(ids)
-            written = p + tuple(ids)
-            self._live.setdefault(len(written), {}).setdefault(written[-_TAIL:], []).append((written, ep))
+            wrote = tuple(ids)
+            tail = (p[-_TAIL:] + wrote)[-_TAIL:]
+            self._live.setdefault(len(p) + len(wrote), {}).setdefault(tail, []).append((p, wrote, ep))
             outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
         for length in [n for n, d in self._live.items() if not any(d.values())]:
             del self._live[length]
