@@ -46,12 +46,31 @@ def test_shared_heads_finds_the_prefix_each_run_of_rows_shares():
     assert shared_heads([[1, 2, 3], [1, 2, 4]]) == [(0, [0]), (0, [1])]  # below min_share: nothing shared
 
 
+def test_a_batch_that_shares_little_runs_the_ordinary_forward(tiny_policy):
+    model, _ = tiny_policy
+    ids, attn, lengths, _, start, _ = _batch()
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with torch.no_grad():
+            shared_prompt_logits(model, ids, attn, lengths, start, min_saved=0.9)
+    finally:
+        hook.remove()
+    assert len(calls) == 1
+
+
 def test_shared_prompt_logits_and_gradients_match_the_plain_forward(tiny_policy):
     model, _ = tiny_policy
     model.train()
     ids, attn, lengths, _, start, real = _batch()
     plain = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - start).logits
-    shared = shared_prompt_logits(model, ids, attn, lengths, start)
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        shared = shared_prompt_logits(model, ids, attn, lengths, start)
+    finally:
+        hook.remove()
+    assert len(calls) == 5  # two shared heads (head + rest each), then the row of its own
     assert shared.shape == plain.shape
     assert (shared - plain).abs()[real].max() < 1e-4
     weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))

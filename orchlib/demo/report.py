@@ -117,7 +117,9 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
         "arithmetic_copy>=0.90": checks["arithmetic_copy_exact"] >= 0.90,
         "thrifty_reward>strongest": thrifty_r["orchestrator"] > thrifty_r.get("strongest", float("inf")),
         "accuracy>cheapest": policies["orchestrator"]["all"]["accuracy"] > policies["cheapest"]["all"]["accuracy"],
-        "controllability>=30": m["controllability_points"] >= 30,
+        # on GSM8K the profiles' best tools differ (Mixtral's 64 % for a fraction of the price, or the dear
+        # generalist); on arithmetic both tools are right, and "accuracy" picking either is indifference
+        "gsm8k_controllability>=30": m["controllability_by_category"]["orchestrator"].get("gsm8k", 0.0) >= 30,
         "reward_last10>first10": last10 > first10,
     }
     return m

@@ -55,15 +55,20 @@ def shared_heads(rows: Sequence[Sequence[int]], min_share: int = 16) -> list[tup
 
 
 def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: Sequence[int], start: int,
-                         min_share: int = 16) -> torch.Tensor:
+                         min_share: int = 16, min_saved: float = 0.25) -> torch.Tensor:
     """Logits [B, W - start, V] of positions start .. W-1 of right-padded `ids` [B, W] (`lengths`: each
-    row's real ids; `attn` marks them), computing each head that rows share once."""
+    row's real ids; `attn` marks them), computing each head that rows share once. When sharing would
+    spare less than `min_saved` of the batch's ids, the ordinary forward runs instead."""
     from transformers import DynamicCache
 
     B, W = ids.shape
+    heads = shared_heads([ids[r, :lengths[r]].tolist() for r in range(B)], min_share)
+    saved = sum((len(rows) - 1) * head for head, rows in heads)
+    if saved < min_saved * sum(lengths):  # each extra forward costs a little: share only when it pays
+        return model(input_ids=ids, attention_mask=attn, logits_to_keep=W - start).logits
     out: list[torch.Tensor | None] = [None] * B
     singles: list[int] = []
-    for head, rows in shared_heads([ids[r, :lengths[r]].tolist() for r in range(B)], min_share):
+    for head, rows in heads:
         n = min(head, W - 1)  # at least one position left to run per row
         if len(rows) == 1 or n < min_share:
             singles += rows
