@@ -35,9 +35,9 @@ import numpy as np
 
 from orchlib.chat import CHAT_TEMPLATE, IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call, system_text
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_preference
-from orchlib.tasks import Task, answer_in_text
-from orchlib.trajectory import ToolCall, Trajectory
+from orchlib.rollout import RolloutConfig, render_prompt, rollout
+from orchlib.tasks import Preference, Task, answer_in_text
+from orchlib.trajectory import ToolCall, Trajectory, new_tool_call
 
 __all__ = ["BASELINES", "EVAL_ROLLOUT", "ROUTE_BATCH", "RouteResult", "Trials", "routes", "route_label", "RouteEngine",
            "PromptMemo", "run_routes", "try_routes", "route_stats", "choose", "make_baselines", "collector_paused"]
@@ -74,7 +74,7 @@ def routes(task: Task, cards: Iterable[Any]) -> dict[str, list[ToolCall]]:
             out.setdefault(route_label(seq), list(seq))
     for card in cards:
         if card.name in offered and card.final and card.input == "task":
-            out.setdefault(card.name, [ToolCall(name=card.name)])
+            out.setdefault(card.name, [new_tool_call(card.name, {})])  # a name and no arguments: no validation
     return dict(sorted(out.items()))
 
 
@@ -330,6 +330,9 @@ def _bare_call(name: str) -> str:
     return render_call(ToolCall(name=name))
 
 
+_DEFAULT_LINE = Preference(name="default").render()  # shown_preference's line for a task without P
+
+
 class RouteEngine(ScriptedEngine):
     """Writes each task's planned route, one call per turn (a later call may depend on an earlier
     write), then the perfect reader's answer. `plan` maps task id → route label."""
@@ -341,7 +344,8 @@ class RouteEngine(ScriptedEngine):
         for t in tasks:
             if t.id not in self.plan:
                 continue
-            pref = shown_preference(t).render()  # as the rollout renders it
+            # as the rollout renders it; the default profile's line is rendered once
+            pref = t.preference.render() if t.preference is not None else _DEFAULT_LINE
             by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
         # The script is an object of its own, not a bound method: an engine that held its own method
         # would be a cycle, kept (with every episode it followed) until the garbage collector ran.

@@ -33,7 +33,8 @@ from orchlib.chat import IM_END, IM_START, ToolCallParseError, observation_segme
 from orchlib.engines.base import Engine, SamplingParams
 from orchlib.envs.users import make_user
 from orchlib.tasks import Preference, Task
-from orchlib.tools.base import ToolContext, ToolError, run_sync  # one sync bridge for the library (works inside Jupyter's loop)
+# run_sync: one sync bridge for the library (works inside Jupyter's loop)
+from orchlib.tools.base import ToolContext, ToolError, run_sync
 from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn, new_turn, set_fields
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
