@@ -144,3 +144,20 @@ def test_call_name_mask_marks_exactly_the_sampled_ids_of_each_tool_name(tiny_pol
     assert spans == ["calculator", "generalist", "search"]
     # the same ids not sampled (an observation, say) are never marked
     assert call_name_mask(ids, [0] * len(ids), tok) == [0] * len(ids)
+
+
+def test_a_text_parsed_again_gives_new_calls_that_are_the_callers_to_change():
+    text = 'Let me look. <tool_call>{"name": "search", "arguments": {"q": "x", "opts": {"k": [1, 2]}}}</tool_call>'
+    content, first = parse_tool_calls(text)
+    first[0].arguments["opts"]["k"].append(3)  # a caller changing what it got
+    first[0].arguments["q"] = "changed"
+    again = parse_tool_calls(text)
+    assert again == (content, [ToolCall(name="search", arguments={"q": "x", "opts": {"k": [1, 2]}})])
+    assert again[1][0] is not first[0] and again[1][0].arguments is not first[0].arguments
+    bad = '<tool_call>{"name": "search", "extra": 1}</tool_call>'
+    messages = []
+    for _ in range(2):  # a malformed text raises the same error every time it is seen
+        with pytest.raises(ToolCallParseError) as e:
+            parse_tool_calls(bad)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "unexpected key(s) ['extra']" in messages[0]
