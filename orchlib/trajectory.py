@@ -260,9 +260,9 @@ def _joined(prefix: str, rest: bytes) -> str:
 
 
 def to_json_line(t: Trajectory) -> str:
-    """`t.model_dump_json()`, byte for byte (but for a -0.0 log-prob under the prompt), with the prompt's ids (and the zeros of the mask and
-    log-probs under them) written once per prompt rather than once per trajectory (see _PromptJson):
-    they are most of a trajectory's JSON."""
+    """`t.model_dump_json()`, byte for byte (but for a -0.0 log-prob under the prompt), with the prompt's
+    ids (and the zeros of the mask and log-probs under them) written once per prompt rather than once per
+    trajectory (see _PromptJson): they are most of a trajectory's JSON."""
     n = t.prompt_len
     found = _PROMPTS.pieces(t) if n >= _MIN_PROMPT and len(t.ids) >= n and len(t.mask) >= n and len(
         t.logprobs) >= n else None
