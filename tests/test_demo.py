@@ -16,7 +16,7 @@ def demo(tmp_path_factory, policy_cache):
     mp = pytest.MonkeyPatch()
     mp.setenv("ORCHLIB_CACHE", str(policy_cache))
     out = tmp_path_factory.mktemp("demo")
-    cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=64, copy_steps=30, sft_steps=20,
+    cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=64, copy_max_steps=30, sft_steps=20,
                      sft_extra_arithmetic=16, sft_extra_gsm8k=16, reading_drills=32, eval_samples=1,
                      out=str(out))
     yield run_demo(cfg, progress=False)
@@ -38,7 +38,7 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
     assert [h["step"] for h in m["history"]] == [h["step"] for h in demo.history]
     header = demo.table.splitlines()[0].split()
     assert [h for h in header if h != "calls"][8:] == ["calculator", "generalist", "mixtral", "unknown"]
-    assert m["format"]["copy_drill_steps"] == 30  # a fixed budget
+    assert m["format"]["copy_drill_steps"] == 30  # the gate is checked every 50 steps: never reached here
     # the exact choice gap is measured on the warm start and again on the trained weights, which differ
     # once a step kept a group (a shortened warm start can leave every group of 12 steps without spread)
     before, after = m["format"]["choice_gap_points"], m["choice_gap_points"]
@@ -99,3 +99,15 @@ def test_the_oracle_is_never_beaten_on_accuracy(demo):
     pol = demo.metrics["policies"]
     for name in ("orchestrator", "strongest", "cheapest", "random"):
         assert pol[name]["all"]["accuracy"] <= pol["oracle"]["all"]["accuracy"] + 1e-9
+
+
+def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
+    from orchlib.demo.app import gate_with_margin
+
+    readings = iter([0.5, 0.96, 0.90, 0.97, 0.99])
+    until = gate_with_margin(lambda: next(readings), gate=0.95, margin_steps=100, every=50)
+    assert [until() for _ in range(4)] == [False, False, False, True]  # met at the 2nd check, +2 checks
+    once = gate_with_margin(lambda: 0.99, gate=0.95, margin_steps=0, every=50)
+    assert once() is True
+    never = gate_with_margin(lambda: 0.2, gate=0.95, margin_steps=0, every=50)
+    assert not any(never() for _ in range(5))

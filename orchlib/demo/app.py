@@ -25,6 +25,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 from orchlib.atomic import write_text_atomic
 from orchlib.chat import IM_END
@@ -37,7 +38,7 @@ from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall, write_jsonl
 
-__all__ = ["demo_suite", "run_demo", "format_checks", "reading_drills", "reading_toolbox", "as_reading", "under",
+__all__ = ["demo_suite", "run_demo", "format_checks", "gate_with_margin", "reading_drills", "reading_toolbox", "as_reading", "under",
            "write_outputs"]
 
 
@@ -70,6 +71,21 @@ def copy_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
     rng = random.Random(f"copy-drills:{seed}")
     tasks = [t for t in arithmetic_tasks(rng, n + len(exclude)) if t.prompt not in exclude][:n]
     return [t.model_copy(update={"preference": PROFILES[rng.choice(DEMO_PROFILES)]}) for t in tasks]
+
+
+def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: int, every: int) -> Callable[[], bool]:
+    """An `sft_train(until=...)` check, called every `every` steps: False until `measure()` first reaches
+    `gate`, then True once `margin_steps` more steps have run. Ending at the gate itself left the phases
+    after it on the edge of an abrupt transition, and where that edge fell turned on float rounding."""
+    state = {"calls": 0, "met_at": None}
+
+    def until() -> bool:
+        state["calls"] += 1
+        if state["met_at"] is None and measure() >= gate:
+            state["met_at"] = state["calls"]
+        return state["met_at"] is not None and (state["calls"] - state["met_at"]) * every >= margin_steps
+
+    return until
 
 
 def copy_examples(tasks: list[Task], tokenizer) -> list:
@@ -254,12 +270,14 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     drills, heldout = pool[:config.copy_drills], pool[-64:]
     extra = extra_arithmetic(pool[config.copy_drills:-64], config.seed)
     copy_sft, phase1_copy = None, 0.0
-    if config.copy_drills and config.copy_steps:
+    if config.copy_drills and config.copy_max_steps:
         copy_sft = sft_train(model, tok, copy_examples(drills, tok),
-                             SFTConfig(seed=config.seed, max_steps=config.copy_steps, batch_size=16,
+                             SFTConfig(seed=config.seed, max_steps=config.copy_max_steps, batch_size=16,
                                        learning_rate=config.copy_learning_rate, schedule="constant",
                                        warmup_fraction=0.02),
-                             progress=progress, desc="warm start 1/2: copy drills")
+                             progress=progress, until=gate_with_margin(lambda: copy_accuracy(engine, heldout),
+                                                                       config.copy_gate, config.copy_margin_steps, 50),
+                             check_every=50, desc="warm start 1/2: copy drills")
         phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
     # every valid tool written for each task: a per-task draw is learned by heart and biases the choice

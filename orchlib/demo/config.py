@@ -50,10 +50,14 @@ class DemoConfig(BaseModel):
                                               "questions was 0.45 against 0.65 on train, and always-cheapest lost "
                                               "to always-strongest under \"thrifty\" by that luck alone")
     copy_drills: int = Field(2000, ge=0, description="short calculator drills of phase 1 of the warm start")
-    copy_steps: int = Field(450, ge=0, description="phase 1, a fixed budget: copying appears abruptly, after "
-                                                  "~150-450 steps of batch 16 at lr 1e-3, at a step that float "
-                                                  "rounding moves; a gate that ended the phase there made every "
-                                                  "later phase start from another point on another CPU")
+    copy_gate: float = Field(0.95, ge=0, le=1, description="phase 1 goes on until held-out drills are copied this "
+                                                           "exactly (greedy, checked every 50 steps)...")
+    copy_margin_steps: int = Field(100, ge=0, description="...and then this many steps more. Copying appears "
+                                                          "abruptly, after 150 to over 450 steps of batch 16 at lr "
+                                                          "1e-3, at a step that float rounding moves: a phase that "
+                                                          "ended at the gate left later phases on the edge of it, "
+                                                          "and a fixed 450 steps left one seed in 5 at 50 % copied")
+    copy_max_steps: int = Field(1500, ge=0, description="phase 1's budget, if the gate is never met")
     copy_learning_rate: float = Field(1e-3, gt=0, description="6e-3 and 3e-3 needed 750-1200 steps to copy "
                                                               "95 % of drills or never did; 1e-3 did on 6 of 6 seeds")
     sft_steps: int = Field(300, ge=1, description="phase 2: golden trajectories in the orchestration format "
