@@ -89,7 +89,8 @@ def test_a_grpo_step_with_and_without_the_shared_prompt_moves_the_weights_alike(
                          learning_rate=1e-3)
         trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                           Reward.from_string("name: a\nreward: outcome"), cfg)
-        assert trainer._share_prompts is shared
+        assert trainer._share_prompts is shared and trainer.engine.share_prompts is shared
+        trainer.engine.share_prompts = False  # the same rollouts on both sides: only the update differs
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         report = trainer.step()
         return trainer, before, report
@@ -111,7 +112,7 @@ def test_the_engine_prefills_a_repeated_prompt_once_and_samples_each_row_as_alon
     model, tok = tiny_policy
     p, q = tok.encode("<|im_start|>user\nWhat is 2 + 3?"), tok.encode("<|im_start|>user\nName a tool.")
     greedy = SamplingParams(max_new_tokens=6, temperature=0.0)
-    engine = TransformersEngine(model, tok, prefix_cache_mb=0)
+    engine = TransformersEngine(model, tok, prefix_cache_mb=0, share_prompts=True)
     both = engine.generate([p, q, p, p], greedy)
     assert both.meta["distinct_prompts"] == 2
     alone = {k: engine.generate([x], greedy).outputs[0] for k, x in (("p", p), ("q", q))}

@@ -38,7 +38,8 @@ from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task
 from orchlib.trajectory import ToolCall, write_jsonl
 
-__all__ = ["demo_suite", "run_demo", "format_checks", "gate_with_margin", "reading_drills", "reading_toolbox", "as_reading", "under",
+__all__ = ["demo_suite", "run_demo", "format_checks", "gate_with_margin", "reading_drills", "reading_toolbox",
+           "as_reading", "under",
            "write_outputs"]
 
 
@@ -233,6 +234,7 @@ def _grpo_settings(config: DemoConfig):
     from orchlib.train import GRPOConfig, VariantConfig
 
     grpo = GRPOConfig(seed=config.seed, learning_rate=config.learning_rate, kl_coef=config.kl_coef,
+                      shared_prompt=True,
                       tasks_per_step=config.tasks_per_step, group_size=config.group_size,
                       advantage_scale=config.advantage_scale, rollout=DEMO_ROLLOUT,
                       decay_steps=config.steps if config.lr_decay and config.steps else None)
@@ -264,7 +266,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["setup"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    engine = TransformersEngine(model, tok, seed=config.seed)
+    engine = TransformersEngine(model, tok, seed=config.seed, share_prompts=True)
     pool = copy_drills(config.seed, config.copy_drills + 64 + config.sft_extra_arithmetic,
                        {t.prompt for t in train + test})
     drills, heldout = pool[:config.copy_drills], pool[-64:]
@@ -273,6 +275,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     if config.copy_drills and config.copy_max_steps:
         copy_sft = sft_train(model, tok, copy_examples(drills, tok),
                              SFTConfig(seed=config.seed, max_steps=config.copy_max_steps, batch_size=16,
+                                       shared_prompt=True,
                                        learning_rate=config.copy_learning_rate, schedule="constant",
                                        warmup_fraction=0.02),
                              progress=progress, until=gate_with_margin(lambda: copy_accuracy(engine, heldout),
@@ -285,7 +288,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
     gold += reading_drills(extra, config.reading_drills, tok, config.seed, reading_box)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
-                                                learning_rate=config.sft_learning_rate),
+                                                shared_prompt=True, learning_rate=config.sft_learning_rate),
                     progress=progress, desc="warm start 2/2: golden trajectories")
     engine.clear_prefix_cache()
     wall["warm_start"] = time.perf_counter() - t

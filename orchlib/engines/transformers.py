@@ -28,11 +28,12 @@ class TransformersEngine:
     on the GPU when there is one, after the engine was made).
 
     `prefix_cache_mb` bounds the keys/values kept for reuse by later prompts that extend earlier
-    sequences (0 turns reuse off; models with sliding-window layers never reuse).
+    sequences (0 turns reuse off; models with sliding-window layers never reuse). `share_prompts`
+    prefills each distinct prompt of a batch once (a GRPO group sends one prompt G times).
     """
 
     def __init__(self, model, tokenizer, *, device: str | torch.device | None = None, seed: int = 0,
-                 prefix_cache_mb: int = 1024):
+                 prefix_cache_mb: int = 1024, share_prompts: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self._pinned = torch.device(device) if device else None
@@ -43,7 +44,8 @@ class TransformersEngine:
         # the prefill needs the last position's logits only: the vocabulary projection of the rest is waste
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         skips = "logits_to_keep" in inspect.signature(base.forward).parameters
-        self._last_only = {"logits_to_keep": 1} if skips else {}
+        self.share_prompts = share_prompts
+        self._skips_logits = skips
 
     @property
     def device(self) -> torch.device:
@@ -63,8 +65,8 @@ class TransformersEngine:
         # A GRPO group sends the same prompt G times: prefill each distinct prompt once, then give every
         # row its copy of the keys/values (on the demo's ~170-id prompts, a sixth of a rollout's work)
         first: dict[tuple[int, ...], int] = {}
-        which = [first.setdefault(tuple(p), len(first)) for p in prompts]
-        distinct = [list(k) for k in first]
+        which = [first.setdefault(tuple(p), len(first)) if self.share_prompts else i for i, p in enumerate(prompts)]
+        distinct = [list(k) for k in first] if self.share_prompts else list(prompts)
         cache, attn, ids, pos, reused = self._prefill_inputs(distinct)
         stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
 
@@ -73,7 +75,7 @@ class TransformersEngine:
         finish: list[str] = ["length"] * n
         rows = torch.arange(n, device=self.device)  # original index of each row still in the batch
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True,
-                         **self._last_only)
+                         **({"logits_to_keep": 1} if self.share_prompts and self._skips_logits else {}))
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         if len(distinct) < n:
             rows_of = torch.tensor(which, device=self.device)

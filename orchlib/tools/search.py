@@ -61,12 +61,31 @@ def load_corpus(path: Path) -> list[dict[str, Any]]:
     return docs
 
 
+def _import_bm25s():
+    """bm25s, on its numpy backend. Where numba is installed (the `vllm` extra brings it) bm25s imports it,
+    and numba's llvmlite, at import time; with llvmlite loaded, vLLM's kernel registration fails in the
+    same process ("'_lib_fn_wrapper' object has no attribute 'get'"). BM25 over a corpus of this size
+    gains nothing from the JIT, so numba is hidden from bm25s's import (unless it is loaded already)."""
+    import sys
+
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    hide = "numba" not in sys.modules
+    if hide:
+        sys.modules["numba"] = None  # type: ignore[assignment]  # makes `import numba` raise ImportError
+    try:
+        import bm25s
+    finally:
+        if hide:
+            del sys.modules["numba"]
+    return bm25s
+
+
 class Corpus:
     """Documents plus their BM25 index."""
 
     def __init__(self, docs: list[dict[str, Any]], k1: float = 1.5, b: float = 0.75):
-        import bm25s
-
+        bm25s = _import_bm25s()
         if not docs:
             raise ValueError("the corpus has no documents")
         self.docs = docs

@@ -40,9 +40,10 @@ class GRPOConfig(BaseModel):
                                                  "the paper: 8")
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward: a memory knob only, "
                                                         "the update is the same for any value")
-    shared_prompt: bool = Field(True, description="the update runs each group's shared prompt through the model "
-                                "once and only the replies per rollout (`train/shared_prompt.py`): the same "
-                                "logits and gradients, ~2x less work on the demo's prompts. One process only")
+    shared_prompt: bool = Field(False, description="the update runs each group's shared prompt through the model "
+                                "once and only the replies per rollout (`train/shared_prompt.py`), and the engine "
+                                "prefills it once: the same logits and gradients within float rounding, less "
+                                "work on long prompts (the demo turns it on). One process only")
     clip_low: float = Field(0.2, ge=0, description="eps_low of the clipped ratio, as in the ToolOrchestra "
                                                    "release (PPO's 0.2)")
     clip_high: float = Field(0.28, ge=0, description="eps_high (clip-higher, DAPO arXiv 2503.14476), as in the "

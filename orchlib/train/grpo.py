@@ -145,7 +145,8 @@ class Trainer:
                 from orchlib.engines.vllm import VLLMEngine as VLLM
             self.engine = VLLM.for_model(acc.unwrap_model(self.model), self.tokenizer, config.vllm, seed=seed)
         else:
-            self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer, seed=seed)
+            self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer, seed=seed,
+                                             share_prompts=config.shared_prompt)
         self.toolbox = _resolve_tools(tools)
         self.reward = _resolve_reward(reward)
         self.tasks = list(tasks)

@@ -52,7 +52,7 @@ class SFTConfig(BaseModel):
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
     batch_size: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
-    shared_prompt: bool = Field(True, description="a head that several examples of a batch begin with (the system "
+    shared_prompt: bool = Field(False, description="a head that several examples of a batch begin with (the system "
                                 "turn) goes through the model once (`train/shared_prompt.py`): the same loss and "
                                 "gradients, less work. One process only")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
