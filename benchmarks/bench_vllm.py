@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--block-size", type=int, default=None, help="VLLMConfig.block_size (None: vLLM's default)")
     args = ap.parse_args()
     # before torch is imported: vLLM's CPU kernels read it once, and torch.set_num_threads is a no-op
     # during vLLM's start-up
@@ -72,7 +73,7 @@ def main() -> None:
         prompts = [tok.encode(render_prompt(t, tool_schemas(toolbox, t, "compact"), tok, cfg),
                               add_special_tokens=False) for t in tasks]
         hf_plain = TransformersEngine(model, tok, seed=0)
-        vllm_engine = forced_vllm_engine(model, tok, call, VLLMConfig(kv_cache_mb=1024))
+        vllm_engine = forced_vllm_engine(model, tok, call, VLLMConfig(kv_cache_mb=1024, block_size=args.block_size))
         rates: dict[str, list[float]] = {k: [] for k in ("hf", "vllm", "hf_plain", "vllm_plain")}
         new_tokens = 0
         for _ in range(args.repeats):

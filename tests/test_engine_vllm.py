@@ -94,6 +94,20 @@ def test_generation_shapes_stop_ids_and_samples(engine, policy, prompt):
     assert engine.generate([], params).outputs == []
 
 
+def test_a_later_turn_reuses_the_conversation_in_blocks_of_32_ids_on_cpu(engine, policy):
+    """VLLMConfig.block_size defaults to 32 on CPU: a next turn's prompt reuses every whole 32-id block of
+    the conversation so far (vLLM's CPU default of 128 reused none of a prompt this short)."""
+    tok = policy[1]
+    first = tok("Preference (thrifty): " + "what is 17 * 23 and then 4 + 5? " * 6)["input_ids"]
+    assert 64 < len(first) < 128
+    engine.clear_prefix_cache()
+    reply = engine.generate([first], SamplingParams(max_new_tokens=8, temperature=0.0)).outputs[0].ids
+    second = first + reply + tok(" and 2 + 2?")["input_ids"]
+    again = engine.generate([second], SamplingParams(max_new_tokens=2, temperature=0.0))
+    reused = again.meta["reused_prompt_tokens"]
+    assert reused % 32 == 0 and 32 * (len(first) // 32) <= reused < len(second)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 def test_logprobs_are_the_hf_models_own_under_the_temperature(engine, policy, prompt, temperature):
     out = engine.generate([prompt] * 2, SamplingParams(max_new_tokens=16, temperature=temperature, seed=1))
