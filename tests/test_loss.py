@@ -167,6 +167,21 @@ def test_preference_contrast_counts_a_tool_missing_from_one_profile_as_zero_ther
     assert torch.allclose(got, torch.tensor([[0.3, 0.3], [-0.6, 0.2]]))
 
 
+def test_preference_contrast_can_leave_a_profile_that_did_not_try_a_tool_out_of_its_shared_part():
+    # g and c were tried under both profiles: shared 0.375 and -0.5 either way. h only under the first
+    # (mean 0.5): "absent" takes all of it out (no push on h), "zero" leaves half of it
+    adv = torch.tensor([[1.0, -1.0, 0.5, 0.5], [0.0, 0.0, 2.0, -2.0]])
+    choices = [["g", "c", "g", "h"], ["g", "g", "c", "c"]]
+    absent = preference_contrast(adv, ["q", "q"], choices, unseen="absent")
+    assert torch.allclose(absent, torch.tensor([[0.625, -0.5, 0.125, 0.0], [-0.375, -0.375, 2.5, -1.5]]))
+    zero = preference_contrast(adv, ["q", "q"], choices, unseen="zero")
+    assert torch.allclose(zero, torch.tensor([[0.625, -0.5, 0.125, 0.25], [-0.375, -0.375, 2.5, -1.5]]))
+    # the first test's case: every tool tried under one profile only, so nothing is left to push
+    lone = preference_contrast(torch.tensor([[0.6, 0.6], [-1.2, 0.4]]), ["q", "q"], [["g", "g"], [None, "c"]],
+                               unseen="absent")
+    assert torch.equal(lone, torch.zeros(2, 2))
+
+
 def test_tool_values_are_each_tools_mean_advantage_in_the_group():
     got = tool_values([0.5, -0.25, 0.25, -1.0, 2.0], ["g", "c", "g", None, "c"])
     assert got == {"g": 0.375, "c": 0.875}  # None (no call) has no value
@@ -187,6 +202,30 @@ def test_expected_choice_has_the_expected_sampled_gradient():
         want -= p[t] * a * grad_logp
     assert torch.allclose(logits.grad, want, atol=1e-6)
     assert math.isclose(loss.item(), -(p[0] * 0.6 - p[2] * 0.4).item(), rel_tol=1e-6)
+
+
+def test_expected_choice_with_the_tried_baseline_moves_mass_among_the_tried_tools_only():
+    # values whose p-weighted sum is negative (as after the contrast): with b = 0 the ids that name no
+    # tried tool (1 and 3) gain mass; with b = the tried tools' p-weighted mean their gradient is 0, and
+    # a tried tool's is -p_t (A_t - b), written out by hand
+    logits = torch.tensor([0.3, -1.2, 0.8, 0.1])
+    ids, values = torch.tensor([[0, 2]]), torch.tensor([[-0.6, -0.1]])
+    p = torch.softmax(logits, -1)
+    grads = {}
+    for baseline in ("zero", "tried"):
+        z = logits.clone().requires_grad_(True)
+        expected_choice(torch.log_softmax(z, -1)[None], ids, values, baseline).sum().backward()
+        grads[baseline] = z.grad
+    assert grads["zero"][1] < 0 and grads["zero"][3] < 0  # a descent step raises their logits: mass leaks out
+    b = (p[0] * -0.6 + p[2] * -0.1) / (p[0] + p[2])
+    want = torch.zeros(4)
+    for t, a in ((0, -0.6), (2, -0.1)):
+        grad_logp = -p.clone()
+        grad_logp[t] += 1.0
+        want -= p[t] * (a - b) * grad_logp
+    assert torch.allclose(grads["tried"], want, atol=1e-6)
+    assert abs(grads["tried"][1]) < 1e-7 and abs(grads["tried"][3]) < 1e-7
+    assert grads["tried"][0] > 0 > grads["tried"][2]  # descent moves mass from tool 0 to tool 2
 
 
 def test_choice_loss_replaces_the_surrogate_where_pg_mask_leaves_it_out():

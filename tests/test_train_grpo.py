@@ -198,11 +198,13 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
     _assert_grads_match(grads, check)
 
 
-def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_warm):
+@pytest.mark.parametrize("unseen", ["zero", "absent"])
+def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_warm, unseen):
     # advantages recomputed from the report's rewards and first calls; a task's two groups are
     # both in the update or both out, so a flat group still carries the other profile's contrast.
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3)
-    variants = VariantConfig(paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0)
+    variants = VariantConfig(paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0,
+                             contrast_unseen=unseen)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=variants.hooks())
     G, moved = cfg.group_size, 0
@@ -221,7 +223,8 @@ def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_wa
             assert [report.trajectories[g[0]].preference["name"] for g in pair] == ["accuracy", "thrifty"]
             for tool in {first[i] for g in pair for i in g}:
                 means = [[base[i] for i in g if first[i] == tool] for g in pair]
-                shared = sum(sum(m) / len(m) if m else 0.0 for m in means) / len(pair)
+                tried = [sum(m) / len(m) for m in means if m]
+                shared = sum(tried) / (len(tried) if unseen == "absent" else len(pair))
                 for g in pair:
                     for i in (i for i in g if first[i] == tool):
                         assert report.advantages[i] == pytest.approx(base[i] - shared, abs=1e-5)

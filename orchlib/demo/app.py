@@ -239,9 +239,10 @@ def _grpo_settings(config: DemoConfig):
                       advantage_scale=config.advantage_scale, rollout=DEMO_ROLLOUT,
                       decay_steps=config.steps if config.lr_decay and config.steps else None)
     variants = VariantConfig(paired_profiles=DEMO_PROFILES, balance_categories=config.balance_categories,
-                             preference_contrast=config.preference_contrast, policy_tokens=config.policy_tokens,
+                             preference_contrast=config.preference_contrast, contrast_unseen=config.contrast_unseen,
+                             policy_tokens=config.policy_tokens,
                              kl_tokens=config.kl_tokens, kl_estimator=config.kl_estimator,
-                             choice_gradient=config.choice_gradient)
+                             choice_gradient=config.choice_gradient, choice_baseline=config.choice_baseline)
     return grpo, variants
 
 

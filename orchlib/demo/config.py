@@ -91,10 +91,18 @@ class DemoConfig(BaseModel):
                                                         "taught the rest")
     preference_contrast: float = Field(1.0, ge=0, le=1, description="VariantConfig.preference_contrast: the update "
                                        "learns how the profiles differ; below 1 the shared part swamped P")
+    contrast_unseen: Literal["zero", "absent"] = Field("absent", description="VariantConfig.contrast_unseen: a "
+                                                       "profile whose group did not try a tool is left out of that "
+                                                       "tool's shared part; counted as 0, it leaked the push both "
+                                                       "profiles share back in (docs/notes/)")
     choice_gradient: Literal["sampled", "expected"] = Field("expected", description="VariantConfig.choice_gradient: "
                                                             "at the tool's name, the expectation over the tools a "
                                                             "group tried instead of the one sampled; sampled, the "
                                                             "draw's noise moved both profiles' choice at random")
+    choice_baseline: Literal["zero", "tried"] = Field("tried", description="VariantConfig.choice_baseline: the "
+                                                      "expected choice moves mass among the tried tools only; with "
+                                                      "0 for the rest, the contrast's uncentred advantages moved it "
+                                                      "to ids that name no tool and broke the call (docs/notes/)")
     balance_categories: bool = Field(True, description="VariantConfig.balance_categories: each step's tasks drawn "
                                                        "evenly from arithmetic and GSM8K; drawn at random, some "
                                                        "steps held one category only, and the policy read P on "

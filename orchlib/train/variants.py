@@ -49,6 +49,10 @@ class VariantConfig(BaseModel):
                                        "rollout's advantage that every profile shares for the tool it called first "
                                        "on that task, taken out (`preference_contrast`); 1 leaves only how the "
                                        "profiles differ. A task's groups are kept or left out together")
+    contrast_unseen: Literal["zero", "absent"] = Field(
+        "zero", description="with preference_contrast: a profile's group where no rollout chose a tool counts "
+                            "as 0 in that tool's shared part (zero), or is left out of it (absent: the shared "
+                            "part is the mean over the groups that tried the tool; see `preference_contrast`)")
     policy_tokens: Literal["all", "tool_names"] = Field(
         "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
                            "a called tool (the routing choice; the warm start taught the rest)")
@@ -65,6 +69,11 @@ class VariantConfig(BaseModel):
                                "-A grad log pi(a), or its exact expectation over the tools the group tried, "
                                "-sum_t pi(t) A(t) (`expected_choice`). Same direction on average, without "
                                "the noise of the draw")
+    choice_baseline: Literal["zero", "tried"] = Field(
+        "zero", description="with choice_gradient='expected': the value the ids that name no tried tool take "
+                            "at the choice: 0 (the group's mean for centred advantages), or the pi-weighted mean "
+                            "of the tried tools' values, so that the push moves mass among them only "
+                            "(`expected_choice`)")
     top_entropy_quantile: float = Field(1.0, gt=0, le=1, description="rho: the policy-gradient term acts on "
                                         "the top rho share of each micro-batch's tokens by entropy (Wang et al., "
                                         "arXiv 2506.01939, use 0.2); the KL term on all. 1 keeps every token")
@@ -82,10 +91,12 @@ class VariantConfig(BaseModel):
     def hooks(self) -> Hooks:
         """The Trainer's hooks for these variants; the paper's part wherever a variant is off."""
         draw: TaskSampler = balanced_draw if self.balance_categories else uniform_draw
-        loss_fields = ("policy_tokens", "kl_tokens", "kl_estimator", "choice_gradient", "top_entropy_quantile")
+        loss_fields = ("policy_tokens", "kl_tokens", "kl_estimator", "choice_gradient", "choice_baseline",
+                       "top_entropy_quantile")
         on = self.model_dump(exclude_defaults=True, mode="json")
         return Hooks(sampler=PairedProfiles(draw, self.paired_profiles) if self.paired_profiles else draw,
-                     advantage=PreferenceContrast(self.preference_contrast) if self.preference_contrast
+                     advantage=PreferenceContrast(self.preference_contrast, self.contrast_unseen)
+                     if self.preference_contrast
                      else keep_advantages,
                      token_loss=VariantLoss(self) if any(f in on for f in loss_fields) else PaperLoss(),
                      record={"variants": on} if on else {})
@@ -124,7 +135,7 @@ def first_tool(traj: Trajectory) -> str | None:
 
 
 def preference_contrast(adv: torch.Tensor, tasks: Sequence[Hashable], choices: Sequence[Sequence[Hashable]],
-                        weight: float = 1.0) -> torch.Tensor:
+                        weight: float = 1.0, unseen: Literal["zero", "absent"] = "zero") -> torch.Tensor:
     """adv [n_groups, G] -> a copy in which, for the groups of one task (the same task under each profile),
     every rollout that chose tool k loses `weight` x shared(k): the mean over those groups of the mean
     advantage of their rollouts that chose k (0 for a group where no rollout chose k).
@@ -132,7 +143,14 @@ def preference_contrast(adv: torch.Tensor, tasks: Sequence[Hashable], choices: S
     `tasks[g]` names group g's task, `choices[g][i]` rollout i's choice (e.g. its first call's tool).
     Why: a tiny policy reads P only when the update's profile-independent part is small; with weight 1
     the push a tool gets on a task sums to zero over the profiles, so only the difference between them is
-    learned. A task drawn under one profile only is left as it is."""
+    learned. A task drawn under one profile only is left as it is.
+
+    `unseen`: how a group where no rollout chose k enters shared(k). "zero" counts it as 0, so half of
+    the other profile's push on k is kept. That half is shared, not P's: where the cheap tool is wrong,
+    both profiles push the dear one, and the fewer rollouts still try the cheap one, the more often one
+    profile's group has none, so the leak grows as exploration thins and pulls both profiles the same
+    way. "absent" averages over the groups that tried k only: a tool tried under one profile gets no
+    push on that task (its value under the other profile is unknown), and the contrast stays exact."""
     out = adv.clone()
     groups: dict[Hashable, list[int]] = {}
     for g, task in enumerate(tasks):
@@ -140,7 +158,8 @@ def preference_contrast(adv: torch.Tensor, tasks: Sequence[Hashable], choices: S
     for rows in (r for r in groups.values() if len(r) > 1):
         for tool in {c for g in rows for c in choices[g]}:
             picked = [[i for i, c in enumerate(choices[g]) if c == tool] for g in rows]
-            shared = sum(float(adv[g, i].mean()) if i else 0.0 for g, i in zip(rows, picked)) / len(rows)
+            means = [float(adv[g, i].mean()) for g, i in zip(rows, picked) if i]
+            shared = sum(means) / (len(means) if unseen == "absent" else len(rows))
             for g, i in zip(rows, picked):
                 out[g, i] -= weight * shared
     return out
@@ -152,10 +171,11 @@ class PreferenceContrast:
     together (a group with no spread still carries the other profiles' contrast)."""
 
     weight: float
+    unseen: Literal["zero", "absent"] = "zero"
 
     def __call__(self, adv, keep, tasks: list[Task], groups: list[list[Trajectory]]):
         ids = [t.id for t in tasks]
-        adv = preference_contrast(adv, ids, [[first_tool(t) for t in g] for g in groups], self.weight)
+        adv = preference_contrast(adv, ids, [[first_tool(t) for t in g] for g in groups], self.weight, self.unseen)
         kept = {i for i, k in zip(ids, keep.tolist()) if k}
         return adv, torch.tensor([i in kept for i in ids], dtype=torch.bool)
 
@@ -174,15 +194,26 @@ def tool_values(adv: Sequence[float], choices: Sequence[Hashable]) -> dict[Hasha
     return {c: sums[c] / counts[c] for c in sums}
 
 
-def expected_choice(logp: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def expected_choice(logp: torch.Tensor, ids: torch.Tensor, values: torch.Tensor,
+                    baseline: Literal["zero", "tried"] = "zero") -> torch.Tensor:
     """logp [N, V] (log-probs where a tool is named), ids [N, K] (each candidate tool's id there),
-    values [N, K] (each one's advantage) -> [N] loss -sum_k pi(ids_k) values_k.
+    values [N, K] (each one's advantage) -> [N] loss -sum_k pi(ids_k) (values_k - b).
+
+    `baseline`: the value every other id (an untried tool, or an id that names none) is taken to have.
+    "zero": b = 0, the group's mean for centred advantages. After `preference_contrast` a group's
+    advantages are no longer centred, and where sum_k pi_k values_k < 0 the update moved mass from the
+    tried tools to ids that name no tool: the call broke at the name (`{"name": "` then a newline), at a
+    step where nothing holds the name's ids. "tried": b = the pi-weighted mean of the tried tools' values
+    (detached), so the push only moves mass among them.
 
     Its gradient is the expectation, over the choice, of the sampled term's -A grad log pi(a) (Mean
     Actor-Critic, Asadi et al., arXiv 1709.00503): the same direction on average, without the noise of
     which tool this rollout drew. With one optimiser step per batch of rollouts the sampled term's ratio is
     1, so no clipping is lost."""
     probs = logp.gather(-1, ids).exp()
+    if baseline == "tried":
+        p = probs.detach()
+        values = values - (p * values).sum(-1, keepdim=True) / p.sum(-1, keepdim=True).clamp_min(1e-12)
     return -(probs * values).sum(-1)
 
 
@@ -301,7 +332,8 @@ class VariantLoss:
                 k = c[0] - b.start - 1  # logp[:, k] is the log-prob of ids[:, start + 1 + k]
                 pg_mask[i, k] = 0.0
                 choice_loss[i, k] = expected_choice(b.logp_all[i, k][None], torch.tensor([c[1]], device=dev),
-                                                    torch.tensor([c[2]], dtype=torch.float32, device=dev))[0]
+                                                    torch.tensor([c[2]], dtype=torch.float32, device=dev),
+                                                    v.choice_baseline)[0]
         return masked_grpo_loss(b.logp, b.old_logp, b.adv, b.mask, kl, clip_low=cfg.clip_low,
                                 clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, level=cfg.loss_level,
                                 pg_mask=pg_mask, kl_mask=kl_mask, choice_loss=choice_loss)
