@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, keep_groups, kl_k3, masked_mean,
                                 token_logprobs)
-from orchlib.train.variants import (expected_choice, high_entropy_mask, kl_exact, masked_grpo_loss,
-                                    preference_contrast, tool_values)
+from orchlib.train.variants import (VariantConfig, expected_choice, high_entropy_mask, kl_exact, kl_merged,
+                                    masked_grpo_loss, preference_contrast, tool_values)
 
 
 def test_token_logprobs_by_hand():
@@ -226,6 +227,29 @@ def test_expected_choice_with_the_tried_baseline_moves_mass_among_the_tried_tool
     assert torch.allclose(grads["tried"], want, atol=1e-6)
     assert abs(grads["tried"][1]) < 1e-7 and abs(grads["tried"][3]) < 1e-7
     assert grads["tried"][0] > 0 > grads["tried"][2]  # descent moves mass from tool 0 to tool 2
+
+
+def test_kl_merged_holds_the_mass_that_leaves_the_tried_tools_and_frees_the_split_among_them():
+    ref = torch.log(torch.tensor([0.30, 0.30, 0.39, 0.01]))
+    tools = torch.tensor([0, 1])
+    # one id merged is the exact KL itself
+    pol = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4]))
+    assert torch.isclose(kl_merged(pol, ref, torch.tensor([2])), kl_exact(pol[None], ref[None])[0], atol=1e-6)
+    # mass moved between the two tools only: nothing to pay; the exact KL would charge it
+    split = torch.log(torch.tensor([0.55, 0.05, 0.39, 0.01]))
+    assert abs(float(kl_merged(split, ref, tools))) < 1e-6 and float(kl_exact(split[None], ref[None])[0]) > 0.2
+    # mass moved from the tools to id 3 (an id that names no tool): the merged KL, written out by hand
+    leak = torch.tensor([0.25, 0.25, 0.39, 0.11])
+    want = 0.39 * math.log(0.39 / 0.39) + 0.11 * math.log(0.11 / 0.01) + 0.5 * math.log(0.5 / 0.6)
+    assert math.isclose(float(kl_merged(torch.log(leak), ref, tools)), want, rel_tol=1e-5)
+
+
+def test_kl_not_choice_needs_the_exact_kl_and_the_expected_choice():
+    with pytest.raises(ValueError, match="not_choice"):
+        VariantConfig(kl_tokens="not_choice", kl_estimator="k3", choice_gradient="expected")
+    with pytest.raises(ValueError, match="not_choice"):
+        VariantConfig(kl_tokens="not_choice", kl_estimator="exact")
+    VariantConfig(kl_tokens="not_choice", kl_estimator="exact", choice_gradient="expected")
 
 
 def test_choice_loss_replaces_the_surrogate_where_pg_mask_leaves_it_out():

@@ -306,6 +306,57 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     _assert_grads_match(grads, check)
 
 
+def test_kl_tokens_not_choice_merges_the_tried_tools_at_the_choice(toy_warm):
+    # zero advantages: the gradient is the KL term's alone. Independent loss: the KL over the vocabulary at
+    # every sampled id, except at the first id of a rollout's first call name, where the ids that start its
+    # group's tried tools' names count as one outcome (written out here from the two softmaxes)
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.5, seed=3, max_grad_norm=1e9)
+    model, tok = load_policy(toy_warm[0])
+    variants = VariantConfig(kl_tokens="not_choice", kl_estimator="exact", choice_gradient="expected",
+                             policy_tokens="tool_names")
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+                      hooks=variants.hooks())
+    G = 3
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=G)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    grads = _update_grads(trainer, trajs, [0.0] * len(trajs), G)
+
+    check, ref = load_policy(toy_warm[0])[0].train(), load_policy(toy_warm[0])[0].eval()
+    with torch.no_grad():
+        for n, p in check.named_parameters():
+            p.copy_(moved[n])
+    n_sampled = sum(sum(t.mask[1:]) for t in trajs)
+    loss, merged = 0.0, 0
+    for g in range(0, len(trajs), G):
+        group = trajs[g:g + G]
+        firsts = {i: _name_spans(t, tok)[0].start for i, t in enumerate(group) if _name_spans(t, tok)}
+        tried = sorted({group[i].ids[pos] for i, pos in firsts.items()})
+        for i, t in enumerate(group):
+            ids = torch.tensor([t.ids])
+            logp = torch.log_softmax(check(input_ids=ids).logits[0, :-1] / cfg.rollout.temperature, -1)
+            with torch.no_grad():
+                ref_logp = torch.log_softmax(ref(input_ids=ids).logits[0, :-1] / cfg.rollout.temperature, -1)
+            for pos in range(1, len(t.ids)):
+                if not t.mask[pos]:
+                    continue
+                lp, rp = logp[pos - 1], ref_logp[pos - 1]
+                if firsts.get(i) == pos:
+                    inside = torch.zeros_like(lp, dtype=torch.bool)
+                    inside[tried] = True
+                    p_in, r_in = lp.exp()[inside].sum(), rp.exp()[inside].sum()
+                    loss = loss + (lp.exp()[~inside] * (lp[~inside] - rp[~inside])).sum() + p_in * torch.log(p_in / r_in)
+                    merged += 1
+                else:
+                    loss = loss + (lp.exp() * (lp - rp)).sum()
+    (cfg.kl_coef * loss / n_sampled).backward()
+    assert merged >= 2
+    _assert_grads_match(grads, check)
+
+
 def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choice(toy_warm):
     # independent loss: at the first id of each rollout's first call name, -sum_t p(t) * v(t), v(t) the
     # mean advantage of its group's rollouts that called t first and p(t) the softmax at that position

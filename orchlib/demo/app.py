@@ -240,6 +240,7 @@ def _grpo_settings(config: DemoConfig):
                       decay_steps=config.steps if config.lr_decay and config.steps else None)
     variants = VariantConfig(paired_profiles=DEMO_PROFILES, balance_categories=config.balance_categories,
                              preference_contrast=config.preference_contrast, contrast_unseen=config.contrast_unseen,
+                             contrast_categories=config.contrast_categories,
                              policy_tokens=config.policy_tokens,
                              kl_tokens=config.kl_tokens, kl_estimator=config.kl_estimator,
                              choice_gradient=config.choice_gradient, choice_baseline=config.choice_baseline)
@@ -285,7 +286,11 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
         phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
     # every valid tool written for each task: a per-task draw is learned by heart and biases the choice
-    gold = golden_trajectories(train + extra, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
+    warm = train + extra
+    if config.warm_calculator:
+        warm = [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
+                if t.category == "arithmetic" else t for t in warm]
+    gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
     gold += reading_drills(extra, config.reading_drills, tok, config.seed, reading_box)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
@@ -307,9 +312,10 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
 
     t = time.perf_counter()
     grpo, variants = _grpo_settings(config)
-    trainer = Trainer((model, tok), train, toolbox, reward, grpo, hooks=variants.hooks(),
+    rl_train = [t for t in train if t.category in config.rl_categories]
+    trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=variants.hooks(),
                       policy_source=f"default-{config.size}")
-    _train(trainer, train, toolbox, tok, reward, config, progress)
+    _train(trainer, rl_train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t
 
     t = time.perf_counter()

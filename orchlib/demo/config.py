@@ -81,7 +81,7 @@ class DemoConfig(BaseModel):
     kl_estimator: Literal["k3", "exact"] = Field("exact", description="VariantConfig.kl_estimator: with k3 (at 0.1) "
                                                  "seed 1 lost its format, 15 of 160 test runs without a well-formed "
                                                  "call: k3 sees only the sampled id, not mass moving to '</tool_call>'")
-    kl_tokens: Literal["all", "not_names"] = Field("not_names", description="VariantConfig.kl_tokens: the KL holds "
+    kl_tokens: Literal["all", "not_names", "not_choice"] = Field("not_choice", description="VariantConfig.kl_tokens: the KL holds "
                                                    "every id but the tool's name; on the name too, it held the "
                                                    "GSM8K choice back (0.1 on all ids: 5 points on seed 1)")
     lr_decay: bool = Field(True, description="GRPOConfig.decay_steps = steps: the lr falls linearly to 0; at a "
@@ -110,6 +110,14 @@ class DemoConfig(BaseModel):
     advantage_scale: Literal["std", "none"] = Field("none", description="GRPOConfig.advantage_scale: mean-only "
                                                     "advantages; with std scaling a rare error in a group that "
                                                     "nearly agrees became -2.6 and turned the contrast around")
+    contrast_categories: tuple[Literal["arithmetic", "gsm8k"], ...] = Field(
+        ("gsm8k",), min_length=1, description="VariantConfig.contrast_categories")
+    warm_calculator: bool = Field(False, description="phase 2 writes the calculator only for arithmetic")
+    rl_categories: tuple[Literal["arithmetic", "gsm8k"], ...] = Field(
+        ("gsm8k",), min_length=1, description="the train tasks GRPO draws from (the warm start and the evaluation "
+        "use both categories). GSM8K is where the profiles' best tools differ; on arithmetic the exact "
+        "calculator is right under both, and when GRPO also drew arithmetic, the choice there learned P first "
+        "and GSM8K's did not (docs/notes/)")
     tasks_per_step: int = Field(4, ge=1, description="each drawn under both profiles: 8 groups per step")
     group_size: int = Field(8, ge=2, description="rollouts per task and profile (a GRPO group)")
     eval_samples: int = Field(2, ge=1, description="sampled runs per test task and profile")

@@ -32,7 +32,7 @@ from orchlib.train.loss import clipped_surrogate, kl_k3, masked_mean
 from orchlib.trajectory import Trajectory
 
 __all__ = ["VariantConfig", "balanced_draw", "PairedProfiles", "PreferenceContrast", "preference_contrast",
-           "first_tool", "tool_values", "expected_choice", "kl_exact", "high_entropy_mask", "masked_grpo_loss",
+           "first_tool", "tool_values", "expected_choice", "kl_exact", "kl_merged", "high_entropy_mask", "masked_grpo_loss",
            "VariantLoss", "KL_ESTIMATORS"]
 
 
@@ -49,6 +49,10 @@ class VariantConfig(BaseModel):
                                        "rollout's advantage that every profile shares for the tool it called first "
                                        "on that task, taken out (`preference_contrast`); 1 leaves only how the "
                                        "profiles differ. A task's groups are kept or left out together")
+    contrast_categories: tuple[str, ...] | None = Field(
+        None, description="with preference_contrast: the task categories whose groups are contrasted (None: every "
+                          "one). Elsewhere a task's groups keep their own advantages, shared part and all: where "
+                          "one tool is best under every profile, the shared part is the lesson")
     contrast_unseen: Literal["zero", "absent"] = Field(
         "zero", description="with preference_contrast: a profile's group where no rollout chose a tool counts "
                             "as 0 in that tool's shared part (zero), or is left out of it (absent: the shared "
@@ -56,10 +60,13 @@ class VariantConfig(BaseModel):
     policy_tokens: Literal["all", "tool_names"] = Field(
         "all", description="where the policy-gradient term acts: every sampled id, or only the ids that name "
                            "a called tool (the routing choice; the warm start taught the rest)")
-    kl_tokens: Literal["all", "not_names"] = Field(
+    kl_tokens: Literal["all", "not_names", "not_choice"] = Field(
         "all", description="where the KL term acts: every sampled id, or every id but those naming a called tool "
                            "(with policy_tokens='tool_names': the choice moves freely, the rest is held to the "
-                           "starting policy)")
+                           "starting policy), or every id with the choice's position held too, but with the tried "
+                           "tools' ids taken as one (`kl_merged`): the split among them is free, the mass they "
+                           "leave to ids that name no tool is not (needs kl_estimator='exact' and "
+                           "choice_gradient='expected')")
     kl_estimator: Literal["k3", "exact"] = Field(
         "k3", description="k3: the k3 estimate at each sampled id (the paper's); exact: the KL over the whole "
                           "vocabulary at each position (`kl_exact`), which also holds the mass of ids no rollout "
@@ -83,6 +90,9 @@ class VariantConfig(BaseModel):
         if self.preference_contrast and len(self.paired_profiles) < 2:
             raise ValueError("preference_contrast compares one task's groups under several profiles: "
                              "it needs paired_profiles with at least two profiles")
+        if self.kl_tokens == "not_choice" and (self.kl_estimator != "exact" or self.choice_gradient != "expected"):
+            raise ValueError("kl_tokens='not_choice' merges the tried tools' ids in the KL over the vocabulary: it "
+                             "needs kl_estimator='exact' and choice_gradient='expected'")
         unknown = [p for p in self.paired_profiles if p not in PROFILES]
         if unknown:
             raise ValueError(f"paired_profiles: unknown profile {unknown[0]!r} (known: {', '.join(PROFILES)})")
@@ -95,7 +105,8 @@ class VariantConfig(BaseModel):
                        "top_entropy_quantile")
         on = self.model_dump(exclude_defaults=True, mode="json")
         return Hooks(sampler=PairedProfiles(draw, self.paired_profiles) if self.paired_profiles else draw,
-                     advantage=PreferenceContrast(self.preference_contrast, self.contrast_unseen)
+                     advantage=PreferenceContrast(self.preference_contrast, self.contrast_unseen,
+                                                  self.contrast_categories)
                      if self.preference_contrast
                      else keep_advantages,
                      token_loss=VariantLoss(self) if any(f in on for f in loss_fields) else PaperLoss(),
@@ -172,9 +183,12 @@ class PreferenceContrast:
 
     weight: float
     unseen: Literal["zero", "absent"] = "zero"
+    categories: tuple[str, ...] | None = None  # contrasted categories; None: all
 
     def __call__(self, adv, keep, tasks: list[Task], groups: list[list[Trajectory]]):
-        ids = [t.id for t in tasks]
+        on = [self.categories is None or t.category in self.categories for t in tasks]
+        # a group left out of the contrast gets a task id of its own, so that it is left as it is
+        ids = [t.id if c else (t.id, g) for g, (t, c) in enumerate(zip(tasks, on))]
         adv = preference_contrast(adv, ids, [[first_tool(t) for t in g] for g in groups], self.weight, self.unseen)
         kept = {i for i, k in zip(ids, keep.tolist()) if k}
         return adv, torch.tensor([i in kept for i in ids], dtype=torch.bool)
@@ -224,6 +238,19 @@ def kl_exact(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (logp.exp() * (logp - ref_logp)).sum(-1)
 
 
+def kl_merged(logp: torch.Tensor, ref_logp: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """logp, ref_logp [V] (one position), ids [K] -> the exact KL with the ids in `ids` taken as one outcome.
+    At a tool's name: moving mass among the tried tools costs nothing, moving it to any other id does.
+    Without it (kl_tokens='not_names') nothing held the name's position, and a run could lose its calls
+    there in a few steps (`{"name": "{"name": ...`)."""
+    p = logp.exp()
+    other = torch.ones_like(p, dtype=torch.bool)
+    other[ids] = False
+    rest = (p[other] * (logp[other] - ref_logp[other])).sum()
+    p_in, r_in = p[ids].sum(), ref_logp[ids].exp().sum()
+    return rest + p_in * (torch.log(p_in.clamp_min(1e-30)) - torch.log(r_in.clamp_min(1e-30)))
+
+
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, rho: float) -> torch.Tensor:
     """[B, T] float mask: 1 on the masked tokens whose entropy reaches the (1 - rho) quantile of the masked
     tokens' entropies, else 0 ("forking tokens", Wang et al., arXiv 2506.01939). rho = 1 keeps every one."""
@@ -253,6 +280,21 @@ def masked_grpo_loss(logp, old_logp, adv, mask, kl_per_token=None, *, clip_low=0
         if kl_coef:
             loss = loss + kl_coef * (kl if kl_mask is None else masked_mean(kl_per_token * kl_mask, mask, level))
     return loss, stats
+
+
+def _kl_not_choice(b: MicroBatch) -> torch.Tensor:
+    """The exact KL per position [B, T], with `kl_merged` where a rollout names a tried tool."""
+    ref = b.ref_logprobs(full=True)
+    kl = kl_exact(b.logp_all, ref)
+    spots = [(i, c[0] - b.start - 1, c[1]) for i, (_, c) in enumerate(b.extra) if c is not None]
+    if not spots:
+        return kl
+    at = torch.zeros_like(kl, dtype=torch.bool)
+    merged = torch.zeros_like(kl)
+    for i, k, ids in spots:
+        at[i, k] = True
+        merged[i, k] = kl_merged(b.logp_all[i, k], ref[i, k], torch.tensor(ids, device=kl.device))
+    return torch.where(at, merged, kl)
 
 
 # the KL per sampled position [B, T], by VariantConfig.kl_estimator
@@ -312,7 +354,10 @@ class VariantLoss:
 
     def __call__(self, b: MicroBatch, cfg: GRPOConfig):
         v, dev = self.config, b.mask.device
-        kl = KL_ESTIMATORS[v.kl_estimator](b) if cfg.kl_coef > 0 else None
+        if cfg.kl_coef > 0 and v.kl_tokens == "not_choice":
+            kl = _kl_not_choice(b)
+        else:
+            kl = KL_ESTIMATORS[v.kl_estimator](b) if cfg.kl_coef > 0 else None
         pg_mask = high_entropy_mask(b.entropy, b.mask, v.top_entropy_quantile) if v.top_entropy_quantile < 1 else None
         kl_mask = None
         if v.policy_tokens == "tool_names" or v.kl_tokens == "not_names":
