@@ -110,14 +110,18 @@ class DemoConfig(BaseModel):
     advantage_scale: Literal["std", "none"] = Field("none", description="GRPOConfig.advantage_scale: mean-only "
                                                     "advantages; with std scaling a rare error in a group that "
                                                     "nearly agrees became -2.6 and turned the contrast around")
-    contrast_categories: tuple[Literal["arithmetic", "gsm8k"], ...] = Field(
-        ("gsm8k",), min_length=1, description="VariantConfig.contrast_categories")
-    warm_calculator: bool = Field(False, description="phase 2 writes the calculator only for arithmetic")
+    warm_calculator: bool = Field(True, description="phase 2 writes the calculator alone for arithmetic (the "
+                                                    "other tool as well for GSM8K): exact and free, it is right "
+                                                    "under every profile, so it is format there, not a choice P "
+                                                    "makes. Written both ways, GRPO's arithmetic choice learned P's "
+                                                    "indifference first and GSM8K's choice did not (docs/notes/)")
     rl_categories: tuple[Literal["arithmetic", "gsm8k"], ...] = Field(
-        ("gsm8k",), min_length=1, description="the train tasks GRPO draws from (the warm start and the evaluation "
-        "use both categories). GSM8K is where the profiles' best tools differ; on arithmetic the exact "
-        "calculator is right under both, and when GRPO also drew arithmetic, the choice there learned P first "
-        "and GSM8K's did not (docs/notes/)")
+        ("arithmetic", "gsm8k"), min_length=1, description="the train tasks GRPO draws from. With GSM8K alone "
+        "the arithmetic choice, which no update then held, drifted to the generalist under both profiles")
+    contrast_categories: tuple[Literal["arithmetic", "gsm8k"], ...] = Field(
+        ("gsm8k",), min_length=1, description="VariantConfig.contrast_categories: the profiles' contrast on "
+        "GSM8K, where their best tools differ; on arithmetic the update keeps what the profiles share (the "
+        "calculator is right under both)")
     tasks_per_step: int = Field(4, ge=1, description="each drawn under both profiles: 8 groups per step")
     group_size: int = Field(8, ge=2, description="rollouts per task and profile (a GRPO group)")
     eval_samples: int = Field(2, ge=1, description="sampled runs per test task and profile")
