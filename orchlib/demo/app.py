@@ -2,21 +2,24 @@
 
     orchlib demo [--steps N] [--size tiny|small] [--seed S] [--out DIR] [--reading-drills]
 
-Build the default policy → SFT warm start on golden trajectories (format only: every valid tool is
-written for each task, whatever P says), with `--reading-drills` also on preference-reading drills over
-a pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
+Build the default policy → SFT warm start on golden trajectories (format: every valid GSM8K tool is
+written for each question whatever P says, and the calculator for arithmetic, where it is exact and free
+and so right under every profile), with `--reading-drills` also on preference-reading drills over a
+pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
 rewards/toolorchestra.yaml on train tasks, drawn evenly from both categories and each under both the
 "accuracy" and the "thrifty" profile; the update pushes the called tool's name only (by its
-expectation over the tools a group tried, `choice_gradient`), learns how the two profiles'
-advantages differ (`preference_contrast`), holds every other id to the warm start with the KL term, and lets
-its lr fall to 0 (see docs/notes/) → evaluate before and after training, and the
-baselines → table, metrics.json, trajectories.jsonl and a self-contained report.html.
+expectation over the tools a group tried, `choice_gradient`), learns on GSM8K how the two profiles'
+advantages differ (`preference_contrast`, `contrast_categories`), holds every other id, and the mass
+that leaves the tried tools at the name, to the warm start with the KL term, and lets its lr fall to 0
+(see docs/notes/) → evaluate before and after training, and the baselines → table, metrics.json,
+trajectories.jsonl and a self-contained report.html.
 
 The demo's slice of orchestra-mini: arithmetic (calculator or generalist) and GSM8K with real
 recorded answers (Mixtral or the generalist). Every tool's answer is final — the calculator's
 too — so the policy only chooses and calls; a ~1 M-parameter policy copying a result into its own
-answer would blur the difference between tools RL has to learn (see DESIGN.md). Preferences decide:
-under "accuracy" the dear generalist is worth it, under "thrifty" the calculator and Mixtral are.
+answer would blur the difference between tools RL has to learn (see DESIGN.md). On GSM8K preferences
+decide: under "accuracy" the dear generalist is worth it, under "thrifty" Mixtral is. On arithmetic the
+exact, free calculator is right under both, and the generalist only costs more.
 """
 
 from __future__ import annotations
@@ -237,7 +240,9 @@ def _grpo_settings(config: DemoConfig):
                       shared_prompt=True,
                       tasks_per_step=config.tasks_per_step, group_size=config.group_size,
                       advantage_scale=config.advantage_scale, rollout=DEMO_ROLLOUT,
-                      decay_steps=config.steps if config.lr_decay and config.steps else None)
+                      warmup_steps=config.warmup_steps,
+                      decay_steps=max(config.steps - config.warmup_steps, 1) if config.lr_decay and config.steps
+                      else None)
     variants = VariantConfig(paired_profiles=DEMO_PROFILES, balance_categories=config.balance_categories,
                              preference_contrast=config.preference_contrast, contrast_unseen=config.contrast_unseen,
                              contrast_categories=config.contrast_categories,
