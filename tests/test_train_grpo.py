@@ -56,6 +56,22 @@ def _update_grads(trainer, trajs, adv, group_size) -> dict[str, torch.Tensor]:
     return grads
 
 
+def _kl_grads_off_reference(trainer, trajs, group_size, folder):
+    """With zero advantages, the update's gradient after the policy is moved off its reference (so that
+    the KL has one); and a train-mode copy of the moved policy and the reference, to recompute it."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    grads = _update_grads(trainer, trajs, [0.0] * len(trajs), group_size)
+    check, ref = load_policy(folder)[0].train(), load_policy(folder)[0].eval()
+    with torch.no_grad():
+        for n, p in check.named_parameters():
+            p.copy_(moved[n])
+    return grads, check, ref
+
+
 def _assert_grads_match(grads, check) -> None:
     """Every gradient in `grads` equals the one backward() left on `check`'s parameter; some are not 0."""
     want = dict(check.named_parameters())
@@ -270,17 +286,7 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
                       hooks=VariantConfig(kl_tokens="not_names", kl_estimator=estimator).hooks())
     # sampled before the move: the moved policy need not keep the call format, and names are the point here
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # move the policy off its reference, so that the KL has a gradient
-        for p in trainer.model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=gen))
-    moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    grads = _update_grads(trainer, trajs, [0.0] * len(trajs), 3)
-
-    check, ref = load_policy(toy_warm[0])[0].train(), load_policy(toy_warm[0])[0].eval()
-    with torch.no_grad():
-        for n, p in check.named_parameters():
-            p.copy_(moved[n])
+    grads, check, ref = _kl_grads_off_reference(trainer, trajs, 3, toy_warm[0])
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, n_kept = 0.0, 0
     for t in trajs:
@@ -318,17 +324,7 @@ def test_kl_tokens_not_choice_merges_the_tried_tools_at_the_choice(toy_warm):
                       hooks=variants.hooks())
     G = 3
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=G)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in trainer.model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=gen))
-    moved = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    grads = _update_grads(trainer, trajs, [0.0] * len(trajs), G)
-
-    check, ref = load_policy(toy_warm[0])[0].train(), load_policy(toy_warm[0])[0].eval()
-    with torch.no_grad():
-        for n, p in check.named_parameters():
-            p.copy_(moved[n])
+    grads, check, ref = _kl_grads_off_reference(trainer, trajs, G, toy_warm[0])
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, merged = 0.0, 0
     for g in range(0, len(trajs), G):
