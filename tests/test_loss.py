@@ -183,6 +183,29 @@ def test_preference_contrast_can_leave_a_profile_that_did_not_try_a_tool_out_of_
     assert torch.equal(lone, torch.zeros(2, 2))
 
 
+def test_preference_contrast_applies_to_the_contrasted_categories_only():
+    from orchlib.tasks import Task
+    from orchlib.train.variants import PreferenceContrast
+
+    # task a (gsm8k) and task b (arithmetic), each under two profiles; only gsm8k is contrasted
+    adv = torch.tensor([[1.0, -1.0], [0.0, 0.0], [0.5, -0.5], [0.25, -0.25]])
+    tasks = [Task(id="a", prompt="q", answer="1", category="gsm8k")] * 2 + \
+        [Task(id="b", prompt="r", answer="2", category="arithmetic")] * 2
+    groups = [[_called(n) for n in names] for names in (["g", "c"], ["g", "c"], ["g", "c"], ["g", "c"])]
+    keep = torch.tensor([True, False, True, True])
+    got, kept = PreferenceContrast(1.0, "absent", ("gsm8k",))(adv, keep, tasks, groups)
+    want = preference_contrast(adv[:2], ["a", "a"], [["g", "c"], ["g", "c"]], unseen="absent")
+    assert torch.allclose(got[:2], want) and not torch.allclose(want, adv[:2])
+    assert torch.equal(got[2:], adv[2:])  # arithmetic's groups keep their own advantages
+    assert kept.tolist() == [True, True, True, True]  # a's flat group goes in with its partner
+
+
+def _called(name: str):
+    from orchlib.trajectory import ToolCall, Trajectory, Turn
+
+    return Trajectory(task_id="t", turns=[Turn(text="", calls=[ToolCall(name=name)])])
+
+
 def test_tool_values_are_each_tools_mean_advantage_in_the_group():
     got = tool_values([0.5, -0.25, 0.25, -1.0, 2.0], ["g", "c", "g", None, "c"])
     assert got == {"g": 0.375, "c": 0.875}  # None (no call) has no value

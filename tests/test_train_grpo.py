@@ -344,7 +344,8 @@ def test_kl_tokens_not_choice_merges_the_tried_tools_at_the_choice(toy_warm):
                     inside = torch.zeros_like(lp, dtype=torch.bool)
                     inside[tried] = True
                     p_in, r_in = lp.exp()[inside].sum(), rp.exp()[inside].sum()
-                    loss = loss + (lp.exp()[~inside] * (lp[~inside] - rp[~inside])).sum() + p_in * torch.log(p_in / r_in)
+                    rest = (lp.exp()[~inside] * (lp[~inside] - rp[~inside])).sum()
+                    loss = loss + rest + p_in * torch.log(p_in / r_in)
                     merged += 1
                 else:
                     loss = loss + (lp.exp() * (lp - rp)).sum()

@@ -32,8 +32,8 @@ from orchlib.train.loss import clipped_surrogate, kl_k3, masked_mean
 from orchlib.trajectory import Trajectory
 
 __all__ = ["VariantConfig", "balanced_draw", "PairedProfiles", "PreferenceContrast", "preference_contrast",
-           "first_tool", "tool_values", "expected_choice", "kl_exact", "kl_merged", "high_entropy_mask", "masked_grpo_loss",
-           "VariantLoss", "KL_ESTIMATORS"]
+           "first_tool", "tool_values", "expected_choice", "kl_exact", "kl_merged", "high_entropy_mask",
+           "masked_grpo_loss", "VariantLoss", "KL_ESTIMATORS"]
 
 
 class VariantConfig(BaseModel):
