@@ -64,9 +64,12 @@ class TransformersEngine:
         self.model.eval()
         # A GRPO group sends the same prompt G times: prefill each distinct prompt once, then give every
         # row its copy of the keys/values (on the demo's ~170-id prompts, a sixth of a rollout's work)
-        first: dict[tuple[int, ...], int] = {}
-        which = [first.setdefault(tuple(p), len(first)) if self.share_prompts else i for i, p in enumerate(prompts)]
-        distinct = [list(k) for k in first] if self.share_prompts else list(prompts)
+        if self.share_prompts:
+            first: dict[tuple[int, ...], int] = {}
+            which = [first.setdefault(tuple(p), len(first)) for p in prompts]
+            distinct = [list(k) for k in first]
+        else:
+            which, distinct = list(range(n)), list(prompts)
         cache, attn, ids, pos, reused = self._prefill_inputs(distinct)
         stop = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=self.device)
 

@@ -282,16 +282,22 @@ def masked_grpo_loss(logp, old_logp, adv, mask, kl_per_token=None, *, clip_low=0
     return loss, stats
 
 
+def _choice_spots(b: MicroBatch) -> list[tuple[int, int, list[int], list[float]]]:
+    """(row, column of b.logp, tried tools' ids, their values) of each rollout's `name_choices` entry."""
+    # logp[:, k] is the log-prob of ids[:, start + 1 + k]
+    return [(i, c[0] - b.start - 1, c[1], c[2]) for i, (_, c) in enumerate(b.extra) if c is not None]
+
+
 def _kl_not_choice(b: MicroBatch) -> torch.Tensor:
     """The exact KL per position [B, T], with `kl_merged` where a rollout names a tried tool."""
     ref = b.ref_logprobs(full=True)
     kl = kl_exact(b.logp_all, ref)
-    spots = [(i, c[0] - b.start - 1, c[1]) for i, (_, c) in enumerate(b.extra) if c is not None]
+    spots = _choice_spots(b)
     if not spots:
         return kl
     at = torch.zeros_like(kl, dtype=torch.bool)
     merged = torch.zeros_like(kl)
-    for i, k, ids in spots:
+    for i, k, ids, _ in spots:
         at[i, k] = True
         merged[i, k] = kl_merged(b.logp_all[i, k], ref[i, k], torch.tensor(ids, device=kl.device))
     return torch.where(at, merged, kl)
@@ -367,17 +373,14 @@ class VariantLoss:
             if v.kl_tokens == "not_names":
                 kl_mask = b.mask * (1.0 - names)
         choice_loss = None
-        choices = [e[1] for e in b.extra]
-        if any(c is not None for c in choices):  # at each choice, the expected term replaces the sampled one
+        spots = _choice_spots(b)
+        if spots:  # at each choice, the expected term replaces the sampled one
             choice_loss = torch.zeros_like(b.logp)
             pg_mask = (pg_mask if pg_mask is not None else b.mask).clone()
-            for i, c in enumerate(choices):
-                if c is None:
-                    continue
-                k = c[0] - b.start - 1  # logp[:, k] is the log-prob of ids[:, start + 1 + k]
+            for i, k, ids, values in spots:
                 pg_mask[i, k] = 0.0
-                choice_loss[i, k] = expected_choice(b.logp_all[i, k][None], torch.tensor([c[1]], device=dev),
-                                                    torch.tensor([c[2]], dtype=torch.float32, device=dev),
+                choice_loss[i, k] = expected_choice(b.logp_all[i, k][None], torch.tensor([ids], device=dev),
+                                                    torch.tensor([values], dtype=torch.float32, device=dev),
                                                     v.choice_baseline)[0]
         return masked_grpo_loss(b.logp, b.old_logp, b.adv, b.mask, kl, clip_low=cfg.clip_low,
                                 clip_high=cfg.clip_high, kl_coef=cfg.kl_coef, level=cfg.loss_level,
