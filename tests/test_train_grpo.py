@@ -15,7 +15,7 @@ from orchlib.chat import TOOL_CALL
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.train import GRPOConfig, LoraSettings, Trainer, VariantConfig, golden_trajectories, lr_factor
 from orchlib.train.loss import token_logprobs
-from orchlib.train.variants import balanced_draw
+from orchlib.train.variants import QuotaDraw, balanced_draw
 
 PAIRED = VariantConfig(paired_profiles=("accuracy", "thrifty"))
 
@@ -405,6 +405,22 @@ def test_balance_categories_draws_every_category_evenly_each_step():
         assert len({b[0].id for b in bundles}) == 5 and cats.count("a") >= 2 and cats.count("b") >= 2
     plain = VariantConfig().hooks().sampler
     assert any(sum(b[0].category == "b" for b in plain(rng, tasks, 5)) < 2 for _ in range(20))  # a plain draw is not
+
+
+def test_category_quota_draws_each_named_category_its_count_each_step():
+    tasks = [t.model_copy(update={"id": f"{t.id}-{i}", "category": c}) for i, t in enumerate(toy_tasks(12))
+             for c in ["a" if i < 6 else "b"]]
+    sampler = VariantConfig(category_quota={"b": 3, "a": 1}).hooks().sampler
+    assert sampler == QuotaDraw((("a", 1), ("b", 3)))
+    rng = random.Random(2)
+    for _ in range(10):
+        four, six, two = ([b[0].category for b in sampler(rng, tasks, k)] for k in (4, 6, 2))
+        assert (four.count("a"), four.count("b")) == (1, 3)
+        assert len(six) == 6 and six.count("a") >= 1 and six.count("b") >= 3  # the other 2 at random
+        assert two == ["a", "b"]  # the quota is cut to k, in the order given
+        assert len({t.id for b in sampler(rng, tasks, 6) for t in b}) == 6
+    with pytest.raises(ValueError, match="set one"):
+        VariantConfig(category_quota={"a": 1}, balance_categories=True)
 
 
 def test_paired_profiles_bundle_each_drawn_task_under_every_profile():

@@ -243,7 +243,8 @@ def _grpo_settings(config: DemoConfig):
                       warmup_steps=config.warmup_steps,
                       decay_steps=max(config.steps - config.warmup_steps, 1) if config.lr_decay and config.steps
                       else None)
-    variants = VariantConfig(paired_profiles=DEMO_PROFILES, balance_categories=config.balance_categories,
+    variants = VariantConfig(paired_profiles=DEMO_PROFILES, category_quota=config.category_quota,
+                             balance_categories=config.balance_categories and config.category_quota is None,
                              preference_contrast=config.preference_contrast, contrast_unseen=config.contrast_unseen,
                              contrast_categories=config.contrast_categories,
                              policy_tokens=config.policy_tokens,

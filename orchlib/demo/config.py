@@ -124,6 +124,9 @@ class DemoConfig(BaseModel):
                                                     "under every profile, so it is format there, not a choice P "
                                                     "makes. Written both ways, GRPO's arithmetic choice learned P's "
                                                     "indifference first and GSM8K's choice did not (docs/notes/)")
+    category_quota: dict[Literal["arithmetic", "gsm8k"], int] | None = Field(
+        None, description="VariantConfig.category_quota: how many of each step's tasks_per_step each category gives "
+                          "(None: balance_categories decides)")
     rl_categories: tuple[Literal["arithmetic", "gsm8k"], ...] = Field(
         ("arithmetic", "gsm8k"), min_length=1, description="the train tasks GRPO draws from. With GSM8K alone "
         "the arithmetic choice, which no update then held, drifted to the generalist under both profiles")

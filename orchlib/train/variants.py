@@ -31,7 +31,7 @@ from orchlib.train.hooks import Hooks, MicroBatch, PaperLoss, TaskSampler, keep_
 from orchlib.train.loss import clipped_surrogate, kl_k3, masked_mean
 from orchlib.trajectory import Trajectory
 
-__all__ = ["VariantConfig", "balanced_draw", "PairedProfiles", "PreferenceContrast", "preference_contrast",
+__all__ = ["VariantConfig", "balanced_draw", "QuotaDraw", "PairedProfiles", "PreferenceContrast", "preference_contrast",
            "first_tool", "tool_values", "expected_choice", "kl_exact", "kl_merged", "high_entropy_mask",
            "masked_grpo_loss", "VariantLoss", "KL_ESTIMATORS"]
 
@@ -43,6 +43,10 @@ class VariantConfig(BaseModel):
     balance_categories: bool = Field(False, description="draw each step's tasks evenly from every task category "
                                      "(the rest at random): a step's update then sees every kind of task, not a "
                                      "draw that happens to hold one")
+    category_quota: dict[str, int] | None = Field(
+        None, description="how many of each step's tasks each named category gives (the rest drawn at random from "
+                          "every category): a category whose choice is hard to learn gets more of the update's "
+                          "groups, one that only needs holding fewer (`QuotaDraw`); replaces balance_categories")
     paired_profiles: tuple[str, ...] = Field((), description="repeat each drawn task under each of these "
                                              "preference profiles (orchlib.tasks.PROFILES), on one process")
     preference_contrast: float = Field(0.0, ge=0, le=1, description="with paired_profiles: the share of each "
@@ -93,6 +97,10 @@ class VariantConfig(BaseModel):
         if self.kl_tokens == "not_choice" and (self.kl_estimator != "exact" or self.choice_gradient != "expected"):
             raise ValueError("kl_tokens='not_choice' merges the tried tools' ids in the KL over the vocabulary: it "
                              "needs kl_estimator='exact' and choice_gradient='expected'")
+        if self.category_quota is not None and self.balance_categories:
+            raise ValueError("category_quota and balance_categories both say how a step's tasks are drawn: set one")
+        if self.category_quota is not None and any(n < 0 for n in self.category_quota.values()):
+            raise ValueError(f"category_quota: counts must be >= 0, got {self.category_quota}")
         unknown = [p for p in self.paired_profiles if p not in PROFILES]
         if unknown:
             raise ValueError(f"paired_profiles: unknown profile {unknown[0]!r} (known: {', '.join(PROFILES)})")
@@ -100,7 +108,8 @@ class VariantConfig(BaseModel):
 
     def hooks(self) -> Hooks:
         """The Trainer's hooks for these variants; the paper's part wherever a variant is off."""
-        draw: TaskSampler = balanced_draw if self.balance_categories else uniform_draw
+        draw: TaskSampler = (QuotaDraw(tuple(sorted(self.category_quota.items()))) if self.category_quota is not None
+                             else balanced_draw if self.balance_categories else uniform_draw)
         loss_fields = ("policy_tokens", "kl_tokens", "kl_estimator", "choice_gradient", "choice_baseline",
                        "top_entropy_quantile")
         on = self.model_dump(exclude_defaults=True, mode="json")
@@ -124,6 +133,23 @@ def balanced_draw(rng: random.Random, tasks: Sequence[Task], k: int) -> list[lis
     chosen = {id(t) for t in drawn}
     drawn += rng.sample([t for t in tasks if id(t) not in chosen], k - len(drawn))
     return [[t] for t in drawn]
+
+
+@dataclass(frozen=True)
+class QuotaDraw:
+    """`k` distinct tasks: each named category's count first (as many as it has, and no more than `k` in all,
+    in the order given), the rest at random from what is left; each its own bundle."""
+
+    quota: tuple[tuple[str, int], ...]
+
+    def __call__(self, rng: random.Random, tasks: Sequence[Task], k: int) -> list[list[Task]]:
+        drawn: list[Task] = []
+        for cat, n in self.quota:
+            pool = [t for t in tasks if t.category == cat]
+            drawn += rng.sample(pool, min(n, len(pool), k - len(drawn)))
+        chosen = {id(t) for t in drawn}
+        drawn += rng.sample([t for t in tasks if id(t) not in chosen], k - len(drawn))
+        return [[t] for t in drawn]
 
 
 @dataclass(frozen=True)
