@@ -447,3 +447,47 @@ def test_variants_off_are_the_papers_hooks_and_a_checkpoint_names_its_own(toy_wa
     again = Trainer.resume(tmp_path / "ckpt", toy_tasks(), toy_toolbox(),
                            Reward.from_string("name: a\nreward: outcome"), hooks=PAIRED.hooks())
     assert again.hooks.record == {"variants": {"paired_profiles": ["accuracy", "thrifty"]}}
+
+
+def test_sft_replay_adds_coef_times_the_cross_entropy_of_its_draw_to_the_update(toy_warm):
+    from orchlib.train import SFTExample
+    from orchlib.train.replay import SFTReplay
+
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
+    model, tok = load_policy(toy_warm[0])
+    gold = toy_warm[1]
+    replay = SFTReplay([SFTExample(g.ids, g.mask) for g in gold], coef=0.5, batch_size=3, seed=7)
+    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+                      hooks=VariantConfig().hooks().with_extra_loss(replay))
+    assert trainer.hooks.record == {"extra_loss": {"coef": 0.5, "batch_size": 3, "seed": 7, "examples": len(gold)}}
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=2)
+    grads = _update_grads(trainer, trajs, [0.0] * 4, 2)  # no advantage, no KL: the replay's gradient alone
+
+    # independent: 0.5 x the mean cross-entropy over the labelled ids of the 3 examples drawn for step 0
+    check = load_policy(toy_warm[0])[0].train()
+    drawn = replay.draw(0)
+    assert len(drawn) == 3 and replay.draw(0) == drawn and replay.draw(1) != drawn
+    total, n = 0.0, 0
+    for ex in drawn:
+        ids = torch.tensor([ex.ids])
+        logp = token_logprobs(check(input_ids=ids).logits[:, :-1].float(), ids[:, 1:])[0]
+        labelled = torch.tensor(ex.mask[1:], dtype=torch.bool)
+        total, n = total - logp[labelled].sum(), n + int(labelled.sum())
+    (0.5 * total / n).backward()
+    _assert_grads_match(grads, check)
+
+
+def test_unlabel_names_takes_only_the_tool_names_ids_out_of_the_loss(toy_warm, tiny_policy):
+    from orchlib.train import SFTExample
+    from orchlib.train.replay import SFTReplay, unlabel_names
+
+    tok = tiny_policy[1]
+    for g in toy_warm[1][:4]:
+        out = unlabel_names(SFTExample(g.ids, g.mask), tok)
+        dropped = [i for i, (a, b) in enumerate(zip(g.mask, out.mask)) if a != b]
+        assert out.ids == g.ids and all(out.mask[i] == 0 and g.mask[i] == 1 for i in dropped)
+        assert tok.decode([g.ids[i] for i in dropped]) == g.turns[0].calls[0].name
+    with pytest.raises(ValueError, match="at least one example"):
+        SFTReplay([])
+    with pytest.raises(ValueError, match="coef must be > 0"):
+        SFTReplay([SFTExample([1, 2], [0, 1])], coef=0.0)

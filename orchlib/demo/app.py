@@ -232,6 +232,17 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
             "n_arithmetic": float(len(arith))}
 
 
+def replay_examples(warm: list[Task], gold: list, tokenizer) -> list:
+    """Phase 2's golden trajectories of `warm` for SFT replay: where a task offers more than one right tool,
+    the tool's name is left out of the loss (the choice is GRPO's to learn; the call's format is not)."""
+    from orchlib.train import SFTExample
+    from orchlib.train.replay import unlabel_names
+
+    choice = {t.id for t in warm if t.golden is not None and t.golden.alternatives}
+    return [unlabel_names(SFTExample(g.ids, g.mask), tokenizer) if g.task_id in choice else SFTExample(g.ids, g.mask)
+            for g in gold]
+
+
 def _grpo_settings(config: DemoConfig):
     """The demo's GRPOConfig (the paper's knobs) and VariantConfig (the experimental ones it uses)."""
     from orchlib.train import GRPOConfig, VariantConfig
@@ -261,6 +272,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     from orchlib.models import build_default_policy
     from orchlib.reward import Reward
     from orchlib.train import SFTConfig, Trainer, golden_trajectories, sft_train
+    from orchlib.train.replay import SFTReplay
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -297,6 +309,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
         warm = [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
                 if t.category == "arithmetic" else t for t in warm]
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
+    golden_warm = list(gold)  # what SFT replay draws from (not the reading drills)
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
     gold += reading_drills(extra, config.reading_drills, tok, config.seed, reading_box)
     sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
@@ -319,7 +332,11 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     t = time.perf_counter()
     grpo, variants = _grpo_settings(config)
     rl_train = [t for t in train if t.category in config.rl_categories]
-    trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=variants.hooks(),
+    hooks = variants.hooks()
+    if config.replay_coef:
+        hooks = hooks.with_extra_loss(SFTReplay(replay_examples(warm, golden_warm, tok), config.replay_coef,
+                                                config.replay_batch, config.seed))
+    trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=hooks,
                       policy_source=f"default-{config.size}")
     _train(trainer, rl_train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t

@@ -124,6 +124,10 @@ class DemoConfig(BaseModel):
                                                     "under every profile, so it is format there, not a choice P "
                                                     "makes. Written both ways, GRPO's arithmetic choice learned P's "
                                                     "indifference first and GSM8K's choice did not (docs/notes/)")
+    replay_coef: float = Field(0.0, ge=0, description="SFT replay during GRPO (`train/replay.py`, InstructGPT's "
+                               "PPO-ptx): each update adds this x the cross-entropy of replay_batch phase-2 golden "
+                               "trajectories, tool names left out where the task offers a choice; 0: off")
+    replay_batch: int = Field(8, ge=1, description="golden trajectories replayed per GRPO update")
     category_quota: dict[Literal["arithmetic", "gsm8k"], int] | None = Field(
         None, description="VariantConfig.category_quota: how many of each step's tasks_per_step each category gives "
                           "(None: balance_categories decides)")

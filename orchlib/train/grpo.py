@@ -245,6 +245,7 @@ class Trainer:
         self.model.train()
         denom = max(n_tok, 1) if cfg.loss_level == "token" else max(len(trajs), 1)
         stats: dict[str, float] = Counter()
+        extra_stats: dict[str, float] = {}
         mismatch_max = 0.0
         batches = [list(range(i, min(i + cfg.micro_batch_size, len(trajs))))
                    for i in range(0, len(trajs), cfg.micro_batch_size)] or [[]]
@@ -254,6 +255,10 @@ class Trainer:
             with ctx:
                 loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx],
                                            [extra[i] for i in idx], denom)
+                if last and self.hooks.extra_loss is not None:  # with the last micro-batch: one gradient sync
+                    more, extra_stats = self.hooks.extra_loss(self.model, self.step_count,
+                                                              self.tokenizer.pad_token_id or 0, self._share_prompts)
+                    loss = loss + more
                 acc.backward(loss)
             mismatch_max = max(mismatch_max, s.pop("_mismatch_max"))
             for k, v in s.items():
@@ -268,6 +273,7 @@ class Trainer:
         out = {k: v / max(stats.get("_weight", 1.0), 1e-12) for k, v in stats.items() if k != "_weight"}
         out["grad_norm"] = float(grad_norm)
         out["logprob_mismatch/max"] = mismatch_max
+        out.update(extra_stats)  # this process's
         return out
 
     def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], extra: list[Any], denom: int):

@@ -1,10 +1,12 @@
-"""Where a GRPO step can be changed without touching the loop: three small Protocols, the paper's own
+"""Where a GRPO step can be changed without touching the loop: four small Protocols, the paper's own
 implementation of each, and `Hooks`, the bundle a `Trainer` is given.
 
     draw tasks  ── TaskSampler(rng, tasks, k) -> bundles of tasks (a bundle is rolled out on one process)
     advantages  ── AdvantageTransform(adv, keep, tasks, groups) -> (adv, keep)
     update      ── TokenLoss: prepare(groups, advantages, tokenizer) once per step, then (batch, config) per
                    micro-batch -> (loss, stats)
+    extra loss  ── ExtraLoss(model, step, pad_id, share) -> (loss, stats), added to each update's (optional;
+                   `train/replay.py`'s SFT replay is one)
 
 `Hooks()` is the paper's GRPO. `orchlib.train.variants.VariantConfig(...).hooks()` builds the
 experimental ones; any object with the same call shape plugs in the same way.
@@ -13,7 +15,7 @@ experimental ones; any object with the same call shape plugs in the same way.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
@@ -23,7 +25,7 @@ from orchlib.train.config import GRPOConfig
 from orchlib.train.loss import grpo_loss
 from orchlib.trajectory import Trajectory
 
-__all__ = ["TaskSampler", "AdvantageTransform", "TokenLoss", "MicroBatch", "Hooks", "uniform_draw",
+__all__ = ["TaskSampler", "AdvantageTransform", "TokenLoss", "ExtraLoss", "MicroBatch", "Hooks", "uniform_draw",
            "keep_advantages", "PaperLoss"]
 
 
@@ -64,6 +66,12 @@ class TokenLoss(Protocol):
         """The micro-batch's loss (a mean over its sampled tokens, as `config.loss_level` says) and stats."""
 
 
+class ExtraLoss(Protocol):
+    def __call__(self, model, step: int, pad_id: int, share: bool) -> tuple[torch.Tensor, dict[str, float]]:
+        """A loss added to update `step`'s (the model in train mode; `share`: the trainer computes a head
+        that rows share once), and its stats for the step's metrics."""
+
+
 def uniform_draw(rng: random.Random, tasks: Sequence[Task], k: int) -> list[list[Task]]:
     """`k` distinct tasks at random, each its own bundle."""
     return [[t] for t in rng.sample(list(tasks), k)]
@@ -89,10 +97,16 @@ class PaperLoss:
 
 @dataclass(frozen=True)
 class Hooks:
-    """What a Trainer calls at its three extension points; the defaults are the paper's GRPO.
+    """What a Trainer calls at its four extension points; the defaults are the paper's GRPO.
     `record` (JSON) says what built them: it is saved with checkpoints, and resuming checks it."""
 
     sampler: TaskSampler = uniform_draw
     advantage: AdvantageTransform = keep_advantages
     token_loss: TokenLoss = field(default_factory=PaperLoss)
     record: dict[str, Any] = field(default_factory=dict)
+    extra_loss: ExtraLoss | None = None
+
+    def with_extra_loss(self, extra: ExtraLoss) -> Hooks:
+        """These hooks with `extra` added to every update; its `record` (or its type's name) is recorded."""
+        return replace(self, extra_loss=extra,
+                       record={**self.record, "extra_loss": getattr(extra, "record", type(extra).__name__)})

@@ -35,7 +35,8 @@ from orchlib.tasks import Task
 from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
-__all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_trajectories", "sft_train"]
+__all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_trajectories", "sft_train",
+           "batch_tensors", "sft_loss"]
 
 
 class SFTConfig(BaseModel):
@@ -190,6 +191,17 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
 
 def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad_norm: float,
           share: bool = False) -> float:
+    loss = sft_loss(pmodel, *batch_tensors(batch, pad, acc.device), share)
+    acc.backward(loss)
+    acc.clip_grad_norm_(pmodel.parameters(), max_grad_norm)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def batch_tensors(batch: Sequence[_Example], pad: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, labels) of `batch`, right-padded; labels are -100 where the mask is 0."""
     width = max(len(t.ids) for t in batch)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -199,17 +211,10 @@ def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad
         ids[r, :n], attn[r, :n] = torch.tensor(t.ids), 1
         m = torch.tensor(t.mask, dtype=torch.bool)
         labels[r, :n] = torch.where(m, torch.tensor(t.ids), torch.tensor(-100))
-    ids, attn, labels = ids.to(acc.device), attn.to(acc.device), labels.to(acc.device)
-    loss = _loss(pmodel, ids, attn, labels, share)
-    acc.backward(loss)
-    acc.clip_grad_norm_(pmodel.parameters(), max_grad_norm)
-    opt.step()
-    sched.step()
-    opt.zero_grad(set_to_none=True)
-    return loss.item()
+    return ids.to(device), attn.to(device), labels.to(device)
 
 
-def _loss(pmodel, ids: torch.Tensor, attn: torch.Tensor, labels: torch.Tensor, share: bool = False) -> torch.Tensor:
+def sft_loss(pmodel, ids: torch.Tensor, attn: torch.Tensor, labels: torch.Tensor, share: bool = False) -> torch.Tensor:
     """Mean cross-entropy of the labelled ids. Logits are taken only from the first position that predicts
     a labelled id: on the orchestration prompts (~170 ids before a ~25-id reply) the vocabulary projection
     and its softmax over the prompt were most of a step's work, and their result was never used. With
