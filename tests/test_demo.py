@@ -114,14 +114,13 @@ def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
 
 
 def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(tiny_policy):
-    from orchlib.demo.app import replay_examples
+    from orchlib.demo.app import calculator_only, replay_examples
     from orchlib.demo.config import DEMO_ROLLOUT
     from orchlib.train import golden_trajectories
 
     tok = tiny_policy[1]
     train, _, toolbox = demo_suite(0, 8, 4)
-    warm = [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
-            if t.category == "arithmetic" else t for t in train]  # as DemoConfig.warm_calculator writes them
+    warm = calculator_only(train)
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, alternatives="each")
     examples = replay_examples(warm, gold, tok)
     assert len(examples) == len(gold) == 4 + 2 * 4  # the calculator once per arithmetic task, both GSM8K tools

@@ -232,6 +232,12 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
             "n_arithmetic": float(len(arith))}
 
 
+def calculator_only(tasks: list[Task]) -> list[Task]:
+    """`tasks` with the calculator as arithmetic's only golden tool (`DemoConfig.warm_calculator`)."""
+    return [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
+            if t.category == "arithmetic" else t for t in tasks]
+
+
 def replay_examples(warm: list[Task], gold: list, tokenizer) -> list:
     """Phase 2's golden trajectories of `warm` for SFT replay: where a task offers more than one right tool,
     the tool's name is left out of the loss (the choice is GRPO's to learn; the call's format is not)."""
@@ -304,10 +310,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
         phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
     # every valid tool written for each task: a per-task draw is learned by heart and biases the choice
-    warm = train + extra
-    if config.warm_calculator:
-        warm = [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
-                if t.category == "arithmetic" else t for t in warm]
+    warm = calculator_only(train + extra) if config.warm_calculator else train + extra
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
     golden_warm = list(gold)  # what SFT replay draws from (not the reading drills)
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check

@@ -5,7 +5,7 @@ The reward says nothing about a skill the policy already has until the skill bre
 reason; here the mixed-in loss is the warm start's own, on a fresh draw of its examples each step:
 
     trainer = Trainer(policy, tasks, tools, reward, GRPOConfig(),
-                      hooks=replace(VariantConfig(...).hooks(), replay=SFTReplay(examples, coef=0.5)))
+                      hooks=VariantConfig(...).hooks().with_extra_loss(SFTReplay(examples, coef=0.5)))
 
 The examples must not teach the choice GRPO is learning: give `unlabel_names` golden trajectories whose
 tool is a free choice, and their names leave the loss while the rest of the call (the format, the copied
@@ -15,7 +15,7 @@ arguments) stays in it.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -34,26 +34,30 @@ def unlabel_names(example: SFTExample, tokenizer) -> SFTExample:
 
 @dataclass
 class SFTReplay:
-    """An `ExtraLoss` (`train/hooks.py`): `coef` x the mean cross-entropy of `batch_size` examples drawn afresh each update. The draw is seeded
-    by (seed, step), so a resumed run replays what an unbroken one would have."""
+    """An `ExtraLoss` (`train/hooks.py`): `coef` x the mean cross-entropy of `batch_size` examples drawn
+    afresh each update. The draw is seeded by (seed, step), so a resumed run replays what an unbroken one
+    would have."""
 
     examples: Sequence[Any]  # anything with .ids and .mask (SFTExample, Trajectory)
     coef: float = 1.0
     batch_size: int = 8
     seed: int = 0
-    record: dict[str, Any] = field(init=False)
 
     def __post_init__(self):
         if not self.examples:
             raise ValueError("SFTReplay needs at least one example")
         if self.coef <= 0 or self.batch_size < 1:
             raise ValueError(f"SFTReplay: coef must be > 0 and batch_size >= 1, got {self.coef} and {self.batch_size}")
-        self.record = {"coef": self.coef, "batch_size": self.batch_size, "seed": self.seed,
-                       "examples": len(self.examples)}
+        self.examples = list(self.examples)  # sampled from every step
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """What a checkpoint saves of this replay (`Hooks.with_extra_loss`)."""
+        return {"coef": self.coef, "batch_size": self.batch_size, "seed": self.seed, "examples": len(self.examples)}
 
     def draw(self, step: int) -> list[Any]:
         rng = random.Random(f"replay:{self.seed}:{step}")
-        return rng.sample(list(self.examples), min(self.batch_size, len(self.examples)))
+        return rng.sample(self.examples, min(self.batch_size, len(self.examples)))
 
     def __call__(self, model, step: int, pad_id: int, share: bool) -> tuple[torch.Tensor, dict[str, float]]:
         device = next(model.parameters()).device

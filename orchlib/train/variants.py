@@ -386,10 +386,8 @@ class VariantLoss:
 
     def __call__(self, b: MicroBatch, cfg: GRPOConfig):
         v, dev = self.config, b.mask.device
-        if cfg.kl_coef > 0 and v.kl_tokens == "not_choice":
-            kl = _kl_not_choice(b)
-        else:
-            kl = KL_ESTIMATORS[v.kl_estimator](b) if cfg.kl_coef > 0 else None
+        kl = (None if cfg.kl_coef <= 0 else _kl_not_choice(b) if v.kl_tokens == "not_choice"
+              else KL_ESTIMATORS[v.kl_estimator](b))
         pg_mask = high_entropy_mask(b.entropy, b.mask, v.top_entropy_quantile) if v.top_entropy_quantile < 1 else None
         kl_mask = None
         if v.policy_tokens == "tool_names" or v.kl_tokens == "not_names":
