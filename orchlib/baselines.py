@@ -35,8 +35,8 @@ import numpy as np
 
 from orchlib.chat import CHAT_TEMPLATE, IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call, system_text
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.rollout import RolloutConfig, render_prompt, rollout
-from orchlib.tasks import Preference, Task, answer_in_text
+from orchlib.rollout import RolloutConfig, preference_line, render_prompt, rollout
+from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, Trajectory, new_tool_call
 
 __all__ = ["BASELINES", "EVAL_ROLLOUT", "ROUTE_BATCH", "RouteResult", "Trials", "routes", "route_label", "RouteEngine",
@@ -330,23 +330,21 @@ def _bare_call(name: str) -> str:
     return render_call(ToolCall(name=name))
 
 
-_DEFAULT_LINE = Preference(name="default").render()  # shown_preference's line for a task without P
-
-
 class RouteEngine(ScriptedEngine):
     """Writes each task's planned route, one call per turn (a later call may depend on an earlier
     write), then the perfect reader's answer. `plan` maps task id → route label."""
 
     def __init__(self, tokenizer, tasks: Sequence[Task], plan: Mapping[str, str],
-                 task_routes: Mapping[str, Mapping[str, list[ToolCall]]], name: str = "route"):
+                 task_routes: Mapping[str, Mapping[str, list[ToolCall]]], name: str = "route",
+                 config: RolloutConfig | None = None):
         self.plan = dict(plan)
         by_key: dict[tuple[str, str], tuple[Task, list[ToolCall]]] = {}
+        shown = config or EVAL_ROLLOUT
         for t in tasks:
             if t.id not in self.plan:
                 continue
-            # as the rollout renders it; the default profile's line is rendered once
-            pref = t.preference.render() if t.preference is not None else _DEFAULT_LINE
-            by_key[(t.prompt, pref)] = (t, list(task_routes[t.id][self.plan[t.id]]))
+            # P's line as the rollout renders it (`config`: the rollout's, which sets its style)
+            by_key[(t.prompt, preference_line(t, shown))] = (t, list(task_routes[t.id][self.plan[t.id]]))
         # The script is an object of its own, not a bound method: an engine that held its own method
         # would be a cycle, kept (with every episode it followed) until the garbage collector ran.
         super().__init__(tokenizer, _RouteScript(name, by_key, getattr(tokenizer, "prompt_keys", None)))
@@ -425,7 +423,7 @@ def _route_batch(batch: list[Task], r: int, toolbox, tokenizer, config: RolloutC
                  task_routes: Mapping[str, Mapping[str, list[ToolCall]]],
                  ) -> tuple[list[Task], dict[str, str], list[Trajectory]]:
     plan = {t.id: list(task_routes[t.id])[r] for t in batch}
-    engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}")
+    engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}", config=config)
     return batch, plan, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)
 
 
@@ -557,5 +555,5 @@ def make_baselines(tasks: Sequence[Task], toolbox, tokenizer, names: Sequence[st
     for name in names:
         plan = {t.id: choose(name, t, list(task_routes[t.id]), stats,
                              own.results[t.id] if own is not None else None, seed) for t in tasks}
-        out[name] = RouteEngine(memo, tasks, plan, task_routes, name=name)
+        out[name] = RouteEngine(memo, tasks, plan, task_routes, name=name, config=config)
     return out

@@ -38,7 +38,7 @@ from orchlib.tools.base import ToolContext, ToolError, run_sync
 from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn, new_turn, set_fields
 
 __all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
-           "shown_preference", "user_message", "assistant_prefix"]
+           "shown_preference", "preference_line", "user_message", "assistant_prefix"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -57,6 +57,11 @@ class RolloutConfig(BaseModel):
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="the system turn's text; the tools and P are "
                                                                   "rendered after it")
     show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
+    preference_style: Literal["weights", "name"] = Field(
+        "weights", description="how P is rendered: its weights (`Preference (thrifty): accuracy=1, cost=1, ...`), "
+                               "or its profile's name alone (`Preference (thrifty):`), for a policy that learns "
+                               "named profiles; the demo's tiny policy copies digits, and P's digits between the "
+                               "question and its call drew that copying off (docs/notes/)")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "
@@ -92,10 +97,15 @@ def shown_preference(task: Task) -> Preference:
     return task.preference or Preference(name="default")
 
 
+def preference_line(task: Task, config: RolloutConfig) -> str:
+    """P as the policy reads it: `shown_preference`'s line in `config.preference_style`."""
+    return shown_preference(task).render(weights=config.preference_style == "weights")
+
+
 def user_message(task: Task, config: RolloutConfig) -> str:
     """The user turn: the task, then P when `preference_at="user"`."""
     if config.show_preference and config.preference_at == "user":
-        return task.prompt + "\n\n" + shown_preference(task).render()
+        return task.prompt + "\n\n" + preference_line(task, config)
     return task.prompt
 
 
@@ -105,14 +115,14 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfi
     a prefix it continues, as a prefilled reply is continued)."""
     system = config.system_prompt
     if config.show_preference and config.preference_at == "system":
-        system += "\n" + shown_preference(task).render()
+        system += "\n" + preference_line(task, config)
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
     text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
     if config.show_preference and config.preference_at == "system_end":
         end = text.find(IM_END)
         if end < 0:
             raise ValueError(f'preference_at="system_end" needs a chat template whose system turn ends in {IM_END}')
-        text = text[:end] + "\n" + shown_preference(task).render() + text[end:]
+        text = text[:end] + "\n" + preference_line(task, config) + text[end:]
     return text + assistant_prefix(task, config)
 
 
@@ -120,7 +130,7 @@ def assistant_prefix(task: Task, config: RolloutConfig) -> str:
     """What the first prompt holds of the orchestrator's own turn: the P line when
     `preference_at="assistant"`, else nothing."""
     if config.show_preference and config.preference_at == "assistant":
-        return shown_preference(task).render() + "\n"
+        return preference_line(task, config) + "\n"
     return ""
 
 
@@ -298,7 +308,7 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfi
         schemas = tool_schemas(toolbox, task, "full")
         system = config.system_prompt
         if config.show_preference and config.preference_at in ("system", "system_end"):  # no template: same place
-            system += "\n" + shown_preference(task).render()
+            system += "\n" + preference_line(task, config)
         start = engine.start(system, user_message(task, config), schemas)
         for g in range(group_size):
             ep = _Episode(task, g, [], schemas)

@@ -38,8 +38,11 @@ class Preference(BaseModel):
     tools: dict[str, float] = Field(default_factory=dict, description="weight per tool on its call count")
     extra: dict[str, float] = Field(default_factory=dict, description="user-named entries, P.<name> in rewards")
 
-    def render(self) -> str:
-        """The line the orchestrator reads in its system turn (stable format: the policy learns it)."""
+    def render(self, weights: bool = True) -> str:
+        """The line the orchestrator reads in its prompt (stable format: the policy learns it). `weights=False`:
+        the profile's name alone, `Preference (thrifty):`, for a policy that learns named profiles."""
+        if not weights:
+            return f"Preference ({self.name}):"
         parts = [f"accuracy={self.outcome:g}", f"cost={self.cost:g}", f"latency={self.latency:g}"]
         parts += [f"{t}={w:g}" for t, w in sorted(self.tools.items())]
         parts += [f"{k}={v:g}" for k, v in sorted(self.extra.items())]

@@ -265,3 +265,27 @@ def test_baselines_find_their_task_without_p_in_the_system_turn(small, tokenizer
     rep = evaluate(oracle, suite.test, box, config=config)
     assert [t.outcome for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].outcome
                                                      for t in suite.test]
+
+
+@pytest.mark.parametrize("where", ["system", "assistant"])
+def test_baselines_find_each_profiles_route_when_p_shows_its_name_only(small, tokenizer, where):
+    """The same question under two profiles differs only in P's line: with `preference_style="name"` the
+    engines must key each task by the line the rollout renders, or the two copies could not be told apart."""
+    from orchlib.evaluate import EVAL_ROLLOUT, under_profiles
+
+    suite, box = small
+    config = EVAL_ROLLOUT.model_copy(update={"tool_schema": "compact", "preference_style": "name",
+                                             "preference_at": where})
+    tasks = under_profiles(suite.test[:6], ["accuracy", "thrifty"])
+    trials = try_routes(tasks, box, tokenizer, config)
+    oracle = make_baselines(tasks, box, tokenizer, names=["oracle"], trials=trials, config=config)["oracle"]
+    rep = evaluate(oracle, tasks, box, config=config)
+    assert [t.outcome for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].outcome for t in tasks]
+    assert [t.cost_usd for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].cost_usd for t in tasks]
+    prompts = [tokenizer.decode(t.ids[:t.prompt_len]) for t in rep.trajectories]
+    assert all("Preference (accuracy):\n" in p or "Preference (thrifty):\n" in p for p in prompts)
+    assert not any("cost=" in p for p in prompts)
+    # keyed by the other style's line, the two copies of a question are ambiguous: a clear error, not a guess
+    blind = make_baselines(tasks, box, tokenizer, names=["oracle"], trials=trials)["oracle"]
+    with pytest.raises(KeyError, match="no single planned route"):
+        evaluate(blind, tasks, box, config=config)

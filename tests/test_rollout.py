@@ -243,3 +243,13 @@ def test_preference_is_rendered_in_the_system_turn_after_the_task_or_opening_the
     assert reply.endswith(f"<|im_start|>user\n{TASK.prompt}<|im_end|>\n<|im_start|>assistant\n{line}\n")
     assert system.replace("\n" + line, "") == hidden == user.replace("\n\n" + line, "")
     assert hidden == reply.removesuffix(line + "\n") == end.replace("\n" + line, "")
+
+
+@pytest.mark.parametrize("where", ["system", "user", "assistant", "system_end"])
+def test_preference_style_name_shows_the_profiles_name_where_p_goes_and_no_weight(tiny_policy, toolbox, where):
+    _, tok = tiny_policy
+    weights = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at=where))
+    name = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at=where, preference_style="name"))
+    line = "Preference (thrifty): accuracy=1, cost=1, latency=0"
+    assert name == weights.replace(line, "Preference (thrifty):") and name.count("Preference (thrifty):") == 1
+    assert "cost=" not in name and "accuracy=" not in name
