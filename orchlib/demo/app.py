@@ -238,13 +238,35 @@ def calculator_only(tasks: list[Task]) -> list[Task]:
             if t.category == "arithmetic" else t for t in tasks]
 
 
+def counterbalanced(tasks: list[Task], seed: int) -> list[Task]:
+    """`tasks` with each GSM8K question twice, once under each profile, the two profiles' golden tools
+    opposite, and which profile gets which drawn so that each way holds half the questions.
+
+    The warm start then learns that the choice depends on P, and not which way: over the questions
+    each profile calls each tool half the time. Written both ways under one P, the choice ends P-blind
+    to the last digit, and GRPO's push apart grows from that: whether it shows within the run's steps
+    turned on rounding (docs/notes/)."""
+    rng = random.Random(f"counterbalanced:{seed}")
+    gsm = [t for t in tasks if t.category == "gsm8k" and t.golden is not None and t.golden.alternatives]
+    ways = [i % 2 for i in range(len(gsm))]
+    rng.shuffle(ways)
+    out = [t for t in tasks if t not in gsm]
+    for t, way in zip(gsm, ways):
+        options = [t.golden.calls, *t.golden.alternatives][:2]
+        for profile, calls in zip(DEMO_PROFILES, options[::-1] if way else options):
+            out.append(t.model_copy(update={"id": f"{t.id}@{profile}", "preference": PROFILES[profile],
+                                            "golden": Golden(calls=calls, answer=t.answer)}))
+    return out
+
+
 def replay_examples(warm: list[Task], gold: list, tokenizer) -> list:
-    """Phase 2's golden trajectories of `warm` for SFT replay: where a task offers more than one right tool,
-    the tool's name is left out of the loss (the choice is GRPO's to learn; the call's format is not)."""
+    """Phase 2's golden trajectories of `warm` for SFT replay: where the tool is a choice (a task offers
+    more than one right tool, or, counterbalanced, any GSM8K task), the tool's name is left out of the loss
+    (the choice is GRPO's to learn; the call's format is not)."""
     from orchlib.train import SFTExample
     from orchlib.train.replay import unlabel_names
 
-    choice = {t.id for t in warm if t.golden is not None and t.golden.alternatives}
+    choice = {t.id for t in warm if t.golden is not None and (t.golden.alternatives or t.category == "gsm8k")}
     return [unlabel_names(SFTExample(g.ids, g.mask), tokenizer) if g.task_id in choice else SFTExample(g.ids, g.mask)
             for g in gold]
 
@@ -311,6 +333,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
     # every valid tool written for each task: a per-task draw is learned by heart and biases the choice
     warm = calculator_only(train + extra) if config.warm_calculator else train + extra
+    if config.warm_choice == "counterbalanced":
+        warm = counterbalanced(warm, config.seed)
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
     golden_warm = list(gold)  # what SFT replay draws from (not the reading drills)
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
@@ -338,7 +362,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     hooks = variants.hooks()
     if config.replay_coef:
         hooks = hooks.with_extra_loss(SFTReplay(replay_examples(warm, golden_warm, tok), config.replay_coef,
-                                                config.replay_batch, config.seed))
+                                                config.replay_batch, config.seed, config.replay_sgd_lr))
     trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=hooks,
                       policy_source=f"default-{config.size}")
     _train(trainer, rl_train, toolbox, tok, reward, config, progress)

@@ -125,11 +125,17 @@ class DemoConfig(BaseModel):
                                                     "under every profile, so it is format there, not a choice P "
                                                     "makes. Written both ways, GRPO's arithmetic choice learned P's "
                                                     "indifference first and GSM8K's choice did not (docs/notes/)")
+    warm_choice: Literal["each", "counterbalanced"] = Field("each", description="phase 2 on GSM8K: every tool "
+                                                            "written for each question under its one P (each), or "
+                                                            "each question under both profiles with opposite tools, "
+                                                            "each way on half the questions (`counterbalanced`)")
     replay_coef: float = Field(0.1, ge=0, description="SFT replay during GRPO (`train/replay.py`, InstructGPT's "
                                "PPO-ptx): each update adds this x the cross-entropy of replay_batch phase-2 golden "
                                "trajectories, tool names left out where the task offers a choice. Without it 11-17 % "
                                "of the calculator's copies drifted during GRPO on 2 seeds of 4; at 1.0 the copies "
                                "held but the GSM8K choice moved less (docs/notes/); 0: off")
+    replay_sgd_lr: float | None = Field(None, gt=0, description="SFTReplay.sgd_lr: the replay stepped apart from "
+                                        "Adam by plain gradient descent at this lr (None: in Adam's update)")
     replay_batch: int = Field(8, ge=1, description="golden trajectories replayed per GRPO update")
     category_quota: dict[Literal["arithmetic", "gsm8k"], int] | None = Field(
         {"gsm8k": 3, "arithmetic": 1}, description="VariantConfig.category_quota: how many of each step's "
