@@ -113,8 +113,30 @@ def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
     assert not any(never() for _ in range(5))
 
 
+def test_counterbalanced_shows_each_question_under_both_profiles_with_opposite_tools_each_way_on_half():
+    from collections import Counter
+
+    from orchlib.demo.app import calculator_only, counterbalanced
+
+    train, _, _ = demo_suite(0, 24, 4)
+    warm = calculator_only(train)
+    out = counterbalanced(warm, seed=3)
+    gsm = [t for t in warm if t.category == "gsm8k"]
+    assert [t for t in out if t.category == "arithmetic"] == [t for t in warm if t.category == "arithmetic"]
+    by_question: dict[str, dict[str, str]] = {}
+    for t in (t for t in out if t.category == "gsm8k"):
+        assert t.golden.alternatives == [] and len(t.golden.calls) == 1 and t.answer == t.golden.answer
+        by_question.setdefault(t.prompt, {})[t.preference.name] = t.golden.calls[0].name
+    assert sorted(by_question) == sorted(t.prompt for t in gsm)
+    for tools in by_question.values():  # both profiles, opposite tools
+        assert set(tools) == {"accuracy", "thrifty"} and set(tools.values()) == {"mixtral", "generalist"}
+    ways = Counter(tools["accuracy"] for tools in by_question.values())
+    assert ways["mixtral"] == ways["generalist"] == len(gsm) // 2  # neither way taught: each on half
+    assert counterbalanced(warm, seed=3) == out and counterbalanced(warm, seed=4) != out
+
+
 def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(tiny_policy):
-    from orchlib.demo.app import calculator_only, replay_examples
+    from orchlib.demo.app import calculator_only, counterbalanced, replay_examples
     from orchlib.demo.config import DEMO_ROLLOUT
     from orchlib.train import golden_trajectories
 
@@ -131,3 +153,9 @@ def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(
             assert tok.decode([g.ids[i] for i in dropped]) == g.turns[0].calls[0].name
         else:
             assert dropped == []
+    # counterbalanced, a GSM8K task names one tool, which P decides: the name still leaves the loss
+    cb = counterbalanced(warm, seed=0)
+    gold = golden_trajectories(cb, toolbox, tok, DEMO_ROLLOUT, alternatives="each")
+    for g, ex in zip(gold, replay_examples(cb, gold, tok)):
+        dropped = [i for i, (a, b) in enumerate(zip(g.mask, ex.mask)) if a != b]
+        assert tok.decode([g.ids[i] for i in dropped]) == (g.turns[0].calls[0].name if g.category == "gsm8k" else "")

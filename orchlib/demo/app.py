@@ -250,7 +250,8 @@ def counterbalanced(tasks: list[Task], seed: int) -> list[Task]:
     gsm = [t for t in tasks if t.category == "gsm8k" and t.golden is not None and t.golden.alternatives]
     ways = [i % 2 for i in range(len(gsm))]
     rng.shuffle(ways)
-    out = [t for t in tasks if t not in gsm]
+    chosen = {t.id for t in gsm}
+    out = [t for t in tasks if t.id not in chosen]
     for t, way in zip(gsm, ways):
         options = [t.golden.calls, *t.golden.alternatives][:2]
         for profile, calls in zip(DEMO_PROFILES, options[::-1] if way else options):
