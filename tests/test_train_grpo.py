@@ -459,8 +459,7 @@ def test_sft_replay_adds_coef_times_the_cross_entropy_of_its_draw_to_the_update(
     replay = SFTReplay([SFTExample(g.ids, g.mask) for g in gold], coef=0.5, batch_size=3, seed=7)
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
                       hooks=VariantConfig().hooks().with_extra_loss(replay))
-    assert trainer.hooks.record == {"extra_loss": {"coef": 0.5, "batch_size": 3, "seed": 7, "examples": len(gold),
-                                                   "sgd_lr": None}}
+    assert trainer.hooks.record == {"extra_loss": {"coef": 0.5, "batch_size": 3, "seed": 7, "examples": len(gold)}}
     trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=2)
     grads = _update_grads(trainer, trajs, [0.0] * 4, 2)  # no advantage, no KL: the replay's gradient alone
 
@@ -476,42 +475,6 @@ def test_sft_replay_adds_coef_times_the_cross_entropy_of_its_draw_to_the_update(
         total, n = total - logp[labelled].sum(), n + int(labelled.sum())
     (0.5 * total / n).backward()
     _assert_grads_match(grads, check)
-
-
-def test_sft_replay_apart_takes_its_own_plain_step_and_stays_out_of_adams_moments(toy_warm):
-    from orchlib.train import SFTExample
-    from orchlib.train.replay import SFTReplay
-
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
-    model, tok = load_policy(toy_warm[0])
-    replay = SFTReplay([SFTExample(g.ids, g.mask) for g in toy_warm[1]], coef=0.5, batch_size=3, seed=7, sgd_lr=0.2)
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
-                      hooks=VariantConfig().hooks().with_extra_loss(replay))
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=2)
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    extra = trainer.hooks.token_loss.prepare([trajs[:2], trajs[2:]], [[0.0] * 2] * 2, tok)
-    stats = trainer._update(trajs, [0.0] * 4, extra)  # no advantage, no KL: Adam's gradient is 0
-
-    # independent: the same draw's 0.5 x mean cross-entropy, backward on the starting weights
-    check = load_policy(toy_warm[0])[0].train()
-    total, n = 0.0, 0
-    for ex in replay.draw(0):
-        ids = torch.tensor([ex.ids])
-        logp = token_logprobs(check(input_ids=ids).logits[:, :-1].float(), ids[:, 1:])[0]
-        labelled = torch.tensor(ex.mask[1:], dtype=torch.bool)
-        total, n = total - logp[labelled].sum(), n + int(labelled.sum())
-    (0.5 * total / n).backward()
-    want = dict(check.named_parameters())
-    moved = 0
-    for name, p in trainer.model.named_parameters():
-        step = p.detach() - before[name]
-        assert torch.allclose(step, -0.2 * want[name].grad, atol=1e-6, rtol=1e-3), name
-        moved += int(step.abs().sum() > 0)
-    assert moved > 0 and stats["replay/loss"] == pytest.approx(float(total.detach()) / n, rel=1e-4)
-    # Adam saw a zero gradient only: its second moments are still 0
-    assert all(float(st["exp_avg_sq"].abs().max()) == 0.0 for st in trainer.optimizer.state.values())
-    with pytest.raises(ValueError, match="sgd_lr must be > 0"):
-        SFTReplay([SFTExample([1, 2], [0, 1])], sgd_lr=0.0)
 
 
 def test_unlabel_names_takes_only_the_tool_names_ids_out_of_the_loss(toy_warm, tiny_policy):

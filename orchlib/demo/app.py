@@ -363,7 +363,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     hooks = variants.hooks()
     if config.replay_coef:
         hooks = hooks.with_extra_loss(SFTReplay(replay_examples(warm, golden_warm, tok), config.replay_coef,
-                                                config.replay_batch, config.seed, config.replay_sgd_lr))
+                                                config.replay_batch, config.seed))
     trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=hooks,
                       policy_source=f"default-{config.size}")
     _train(trainer, rl_train, toolbox, tok, reward, config, progress)

@@ -134,8 +134,6 @@ class DemoConfig(BaseModel):
                                "trajectories, tool names left out where the task offers a choice. Without it 11-17 % "
                                "of the calculator's copies drifted during GRPO on 2 seeds of 4; at 1.0 the copies "
                                "held but the GSM8K choice moved less (docs/notes/); 0: off")
-    replay_sgd_lr: float | None = Field(None, gt=0, description="SFTReplay.sgd_lr: the replay stepped apart from "
-                                        "Adam by plain gradient descent at this lr (None: in Adam's update)")
     replay_batch: int = Field(8, ge=1, description="golden trajectories replayed per GRPO update")
     category_quota: dict[Literal["arithmetic", "gsm8k"], int] | None = Field(
         {"gsm8k": 3, "arithmetic": 1}, description="VariantConfig.category_quota: how many of each step's "

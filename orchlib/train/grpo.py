@@ -238,8 +238,6 @@ class Trainer:
         """One optimiser step over the kept trajectories (micro-batched); all processes take part.
         `extra`: `hooks.token_loss.prepare`'s entry for each trajectory."""
         acc, cfg = self.accelerator, self.config
-        extra_loss = self.hooks.extra_loss
-        apart = getattr(extra_loss, "sgd_lr", None)  # an extra loss stepped apart from Adam (see ExtraLoss)
         n_tok = sum(sum(t.mask[1:]) for t in trajs)
         totals = acc.gather(torch.tensor([len(trajs), n_tok], device=acc.device).reshape(1, 2)).sum(0)
         if int(totals[0]) == 0:  # every group was filtered out, on every process: nothing to learn
@@ -257,9 +255,9 @@ class Trainer:
             with ctx:
                 loss, s = self._micro_loss([trajs[i] for i in idx], [advantages[i] for i in idx],
                                            [extra[i] for i in idx], denom)
-                if last and extra_loss is not None and not apart:  # with the last micro-batch: one gradient sync
-                    more, extra_stats = extra_loss(self.model, self.step_count, self.tokenizer.pad_token_id or 0,
-                                                   self._share_prompts)
+                if last and self.hooks.extra_loss is not None:  # with the last micro-batch: one gradient sync
+                    more, extra_stats = self.hooks.extra_loss(self.model, self.step_count,
+                                                              self.tokenizer.pad_token_id or 0, self._share_prompts)
                     loss = loss + more
                 acc.backward(loss)
             mismatch_max = max(mismatch_max, s.pop("_mismatch_max"))
@@ -269,8 +267,6 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if extra_loss is not None and apart:
-            extra_stats = self._step_apart(extra_loss, apart)
         if acc.num_processes > 1:  # token-weighted means over every process, not just this one
             stats = _sum_dicts(_gather_dicts(dict(stats)))
             mismatch_max = max(d["m"] for d in _gather_dicts({"m": mismatch_max}))
@@ -279,18 +275,6 @@ class Trainer:
         out["logprob_mismatch/max"] = mismatch_max
         out.update(extra_stats)  # this process's
         return out
-
-    def _step_apart(self, extra_loss, lr: float) -> dict[str, float]:
-        """The extra loss's own step after Adam's, by plain gradient descent at `lr`: its gradients stay out
-        of Adam's moments, where they would set the per-weight step of the update's own small gradients."""
-        more, stats = extra_loss(self.model, self.step_count, self.tokenizer.pad_token_id or 0, self._share_prompts)
-        self.accelerator.backward(more)
-        with torch.no_grad():
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-lr)
-        self.optimizer.zero_grad(set_to_none=True)
-        return stats
 
     def _micro_loss(self, trajs: list[Trajectory], advantages: list[float], extra: list[Any], denom: int):
         """Loss of one micro-batch (`hooks.token_loss`), weighted so the sum over micro-batches is the

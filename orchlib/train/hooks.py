@@ -70,8 +70,7 @@ class ExtraLoss(Protocol):
     def __call__(self, model, step: int, pad_id: int, share: bool) -> tuple[torch.Tensor, dict[str, float]]:
         """A loss added to update `step`'s (the model in train mode; `share`: the trainer computes a head
         that rows share once), and its stats for the step's metrics. A step whose groups were all left out
-        takes no update, and so no extra loss either. An extra loss with a `sgd_lr` attribute that is not
-        None is stepped apart, after the optimiser's step, by plain gradient descent at that lr."""
+        takes no update, and so no extra loss either."""
 
 
 def uniform_draw(rng: random.Random, tasks: Sequence[Task], k: int) -> list[list[Task]]:

@@ -42,13 +42,10 @@ class SFTReplay:
     coef: float = 1.0
     batch_size: int = 8
     seed: int = 0
-    sgd_lr: float | None = None  # None: the loss joins the update's (Adam); else its own plain step at this lr
 
     def __post_init__(self):
         if not self.examples:
             raise ValueError("SFTReplay needs at least one example")
-        if self.sgd_lr is not None and self.sgd_lr <= 0:
-            raise ValueError(f"SFTReplay: sgd_lr must be > 0 (or None), got {self.sgd_lr}")
         if self.coef <= 0 or self.batch_size < 1:
             raise ValueError(f"SFTReplay: coef must be > 0 and batch_size >= 1, got {self.coef} and {self.batch_size}")
         self.examples = list(self.examples)  # sampled from every step
@@ -56,8 +53,7 @@ class SFTReplay:
     @property
     def record(self) -> dict[str, Any]:
         """What a checkpoint saves of this replay (`Hooks.with_extra_loss`)."""
-        return {"coef": self.coef, "batch_size": self.batch_size, "seed": self.seed, "examples": len(self.examples),
-                "sgd_lr": self.sgd_lr}
+        return {"coef": self.coef, "batch_size": self.batch_size, "seed": self.seed, "examples": len(self.examples)}
 
     def draw(self, step: int) -> list[Any]:
         rng = random.Random(f"replay:{self.seed}:{step}")
