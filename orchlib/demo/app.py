@@ -2,9 +2,10 @@
 
     orchlib demo [--steps N] [--size tiny|small] [--seed S] [--out DIR] [--reading-drills]
 
-Build the default policy → SFT warm start on golden trajectories (format: every valid GSM8K tool is
-written for each question whatever P says, and the calculator for arithmetic, where it is exact and free
-and so right under every profile), with `--reading-drills` also on preference-reading drills over a
+Build the default policy → SFT warm start on golden trajectories (format, and that the choice depends
+on P but not which way: each GSM8K question under both profiles with opposite tools, each way on half of
+them, `counterbalanced`; and the calculator for arithmetic, where it is exact and free and so right under
+every profile), with `--reading-drills` also on preference-reading drills over a
 pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
 rewards/toolorchestra.yaml on train tasks, drawn evenly from both categories and each under both the
 "accuracy" and the "thrifty" profile; the update pushes the called tool's name only (by its
@@ -332,7 +333,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
                              check_every=50, desc="warm start 1/2: copy drills")
         phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
-    # every valid tool written for each task: a per-task draw is learned by heart and biases the choice
+    # no tool drawn per task: a draw is learned by heart and biases the choice; each valid tool is written
+    # (`each`), or each GSM8K question under both profiles, one tool each, each way on half (`counterbalanced`)
     warm = calculator_only(train + extra) if config.warm_calculator else train + extra
     if config.warm_choice == "counterbalanced":
         warm = counterbalanced(warm, config.seed)
