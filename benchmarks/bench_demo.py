@@ -30,10 +30,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_seed(seed: int, out: Path, steps: int | None) -> dict:
+def run_seed(seed: int, out: Path, steps: int | None, split_seed: int | None = None) -> dict:
     cmd = [sys.executable, "-m", "orchlib.cli", "demo", "--seed", str(seed), "--out", str(out), "--quiet"]
     if steps is not None:
         cmd += ["--steps", str(steps)]
+    if split_seed is not None:  # a DemoConfig file: the demo's flags do not name every field
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_config.yaml").write_text(f"split_seed: {split_seed}\n")
+        cmd += ["--config", str(out / "bench_config.yaml")]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -113,10 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/bench_demo", help="one folder per seed inside")
     ap.add_argument("--parallel", type=int, default=1, help="seeds run at once (their wall times then mean nothing)")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="the wall-time bar per seed")
+    ap.add_argument("--split-seed", type=int, default=None,
+                    help="one train/test split for every seed (DemoConfig.split_seed; default: each seed's own)")
     args = ap.parse_args(argv)
 
     def one(seed: int) -> dict:
-        m = run_seed(seed, Path(args.out) / f"seed-{seed}", args.steps)
+        m = run_seed(seed, Path(args.out) / f"seed-{seed}", args.steps, args.split_seed)
         fails = [k for k, ok in m["checks"].items() if not ok]
         print(f"seed {seed}: {sum(m['checks'].values())}/{len(m['checks'])} bars"
               + (f" (failed: {', '.join(fails)})" if fails else ""), f"in {m['bench_wall_s']:.0f} s", flush=True)

@@ -311,7 +311,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     model, tok = build_default_policy(config.size, seed=config.seed)
-    train, test, toolbox = demo_suite(config.seed, config.n_train, config.n_test)
+    split = config.seed if config.split_seed is None else config.split_seed
+    train, test, toolbox = demo_suite(split, config.n_train, config.n_test)
     reward = Reward.load(REWARD_FILE)
     wall["setup"] = time.perf_counter() - t
 
