@@ -159,3 +159,34 @@ def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(
     for g, ex in zip(gold, replay_examples(cb, gold, tok)):
         dropped = [i for i, (a, b) in enumerate(zip(g.mask, ex.mask)) if a != b]
         assert tok.decode([g.ids[i] for i in dropped]) == (g.turns[0].calls[0].name if g.category == "gsm8k" else "")
+
+
+def test_bench_demo_split_seed_reaches_the_demo_as_one_split_for_every_seed(tmp_path, monkeypatch):
+    """bench_demo --split-seed: the command each seed runs parses, through orchlib's own CLI, to the seed's
+    DemoConfig with that split (no demo is run: the command is caught where it would start)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchlib.cli import build_parser
+    from orchlib.commands.demo import config_from
+    from orchlib.demo import DemoConfig
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_demo
+    finally:
+        sys.path.pop(0)
+    seen = []
+
+    def caught(cmd, **kw):
+        seen.append(cmd)
+        raise RuntimeError("caught")
+
+    monkeypatch.setattr(subprocess, "run", caught)
+    for seed, split in ((3, 0), (4, None)):
+        with pytest.raises(RuntimeError, match="caught"):
+            bench_demo.run_seed(seed, tmp_path / f"seed-{seed}", None, split)
+        assert seen[-1][1:3] == ["-m", "orchlib.cli"]
+        config = config_from(build_parser().parse_args(seen[-1][3:]))
+        assert config == DemoConfig(seed=seed, split_seed=split, out=str(tmp_path / f"seed-{seed}"))
