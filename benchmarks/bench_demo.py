@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4          # ~5 min a seed on 2 cores
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 --steps 20       # a quicker look
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --parallel 2  # bars only: shared cores
+    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --split-seed 0  # one train/test split for all
 
 The last lines hold the bars across seeds (each PASS or FAIL): the format before RL, GSM8K
 controllability on every seed, each margin above its seed-to-seed spread, the anchored reward rising
