@@ -42,7 +42,8 @@ class DemoConfig(BaseModel):
     """Defaults finish in about five minutes on 2 CPU cores."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    seed: int = Field(0, description="seeds the suite, the policy's weights and every draw")
+    seed: int = Field(0, description="seeds the suite (its split too, unless split_seed), the policy's weights "
+                                     "and every draw")
     size: str = Field("tiny", description="default policy size: tiny (~1.3 M) or small (~50 M)")
     steps: int = Field(80, ge=0, description="GRPO steps")
     split_seed: int | None = Field(None, description="seeds the train/test split alone (None: `seed`). With one "
