@@ -136,7 +136,7 @@ def test_counterbalanced_shows_each_question_under_both_profiles_with_opposite_t
 
 
 def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(tiny_policy):
-    from orchlib.demo.app import calculator_only, counterbalanced, replay_examples
+    from orchlib.demo.app import calculator_only, choice_categories, counterbalanced, replay_examples
     from orchlib.demo.config import DEMO_ROLLOUT
     from orchlib.train import golden_trajectories
 
@@ -144,7 +144,7 @@ def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(
     train, _, toolbox = demo_suite(0, 8, 4)
     warm = calculator_only(train)
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, alternatives="each")
-    examples = replay_examples(warm, gold, tok)
+    examples = replay_examples(gold, tok, choice_categories(warm))
     assert len(examples) == len(gold) == 4 + 2 * 4  # the calculator once per arithmetic task, both GSM8K tools
     for g, ex in zip(gold, examples):
         dropped = [i for i, (a, b) in enumerate(zip(g.mask, ex.mask)) if a != b]
@@ -156,7 +156,7 @@ def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(
     # counterbalanced, a GSM8K task names one tool, which P decides: the name still leaves the loss
     cb = counterbalanced(warm, seed=0)
     gold = golden_trajectories(cb, toolbox, tok, DEMO_ROLLOUT, alternatives="each")
-    for g, ex in zip(gold, replay_examples(cb, gold, tok)):
+    for g, ex in zip(gold, replay_examples(gold, tok, choice_categories(warm))):
         dropped = [i for i, (a, b) in enumerate(zip(g.mask, ex.mask)) if a != b]
         assert tok.decode([g.ids[i] for i in dropped]) == (g.turns[0].calls[0].name if g.category == "gsm8k" else "")
 

@@ -254,23 +254,27 @@ def counterbalanced(tasks: list[Task], seed: int) -> list[Task]:
     chosen = {t.id for t in gsm}
     out = [t for t in tasks if t.id not in chosen]
     for t, way in zip(gsm, ways):
-        options = [t.golden.calls, *t.golden.alternatives][:2]
-        for profile, calls in zip(DEMO_PROFILES, options[::-1] if way else options):
+        first, second = [t.golden.calls, *t.golden.alternatives]  # the demo's two GSM8K tools
+        for profile, calls in zip(DEMO_PROFILES, (second, first) if way else (first, second)):
             out.append(t.model_copy(update={"id": f"{t.id}@{profile}", "preference": PROFILES[profile],
                                             "golden": Golden(calls=calls, answer=t.answer)}))
     return out
 
 
-def replay_examples(warm: list[Task], gold: list, tokenizer) -> list:
-    """Phase 2's golden trajectories of `warm` for SFT replay: where the tool is a choice (a task offers
-    more than one right tool, or, counterbalanced, any GSM8K task), the tool's name is left out of the loss
-    (the choice is GRPO's to learn; the call's format is not)."""
+def choice_categories(tasks: list[Task]) -> set[str]:
+    """The categories in which some task offers more than one right tool: there the tool is GRPO's to choose."""
+    return {t.category for t in tasks if t.golden is not None and t.golden.alternatives}
+
+
+def replay_examples(gold: list, tokenizer, choice: set[str]) -> list:
+    """Phase 2's golden trajectories for SFT replay: in the `choice` categories (`choice_categories`, taken
+    before `counterbalanced` gives each task one tool), the tool's name is left out of the loss (the choice
+    is GRPO's to learn; the call's format is not)."""
     from orchlib.train import SFTExample
     from orchlib.train.replay import unlabel_names
 
-    choice = {t.id for t in warm if t.golden is not None and (t.golden.alternatives or t.category == "gsm8k")}
-    return [unlabel_names(SFTExample(g.ids, g.mask), tokenizer) if g.task_id in choice else SFTExample(g.ids, g.mask)
-            for g in gold]
+    return [unlabel_names(SFTExample(g.ids, g.mask), tokenizer) if g.category in choice
+            else SFTExample(g.ids, g.mask) for g in gold]
 
 
 def _grpo_settings(config: DemoConfig):
@@ -337,6 +341,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     # no tool drawn per task: a draw is learned by heart and biases the choice; each valid tool is written
     # (`each`), or each GSM8K question under both profiles, one tool each, each way on half (`counterbalanced`)
     warm = calculator_only(train + extra) if config.warm_calculator else train + extra
+    choice = choice_categories(warm)  # the replay leaves these names out of its loss
     if config.warm_choice == "counterbalanced":
         warm = counterbalanced(warm, config.seed)
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
@@ -365,7 +370,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     rl_train = [t for t in train if t.category in config.rl_categories]
     hooks = variants.hooks()
     if config.replay_coef:
-        hooks = hooks.with_extra_loss(SFTReplay(replay_examples(warm, golden_warm, tok), config.replay_coef,
+        hooks = hooks.with_extra_loss(SFTReplay(replay_examples(golden_warm, tok, choice), config.replay_coef,
                                                 config.replay_batch, config.seed))
     trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=hooks,
                       policy_source=f"default-{config.size}")
