@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4          # ~5 min a seed on 2 cores
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 --steps 20       # a quicker look
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --parallel 2  # bars only: shared cores
-    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --split-seed 0  # one train/test split for all
+    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set sft_steps=200  # a variant of the demo
+    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set split_seed=null  # each seed its own split
 
 The last lines hold the bars across seeds (each PASS or FAIL): the format before RL, GSM8K
 controllability on every seed, each margin above its seed-to-seed spread, the anchored reward rising
@@ -28,16 +29,19 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_seed(seed: int, out: Path, steps: int | None, split_seed: int | None = None) -> dict:
+def run_seed(seed: int, out: Path, steps: int | None, settings: dict | None = None) -> dict:
+    """`orchlib demo --seed S` in its own process; `settings` are DemoConfig fields."""
     cmd = [sys.executable, "-m", "orchlib.cli", "demo", "--seed", str(seed), "--out", str(out), "--quiet"]
     if steps is not None:
         cmd += ["--steps", str(steps)]
-    if split_seed is not None:  # a DemoConfig file: the demo's flags do not name every field
+    if settings:  # a DemoConfig file: the demo's flags do not name every field
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench_config.yaml").write_text(f"split_seed: {split_seed}\n")
+        (out / "bench_config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True))
         cmd += ["--config", str(out / "bench_config.yaml")]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -111,6 +115,26 @@ def verdict(rows: list[dict], max_seconds: float | None) -> list[tuple[str, bool
     return out
 
 
+def parse_settings(pairs: list[str]) -> dict:
+    """`--set FIELD=VALUE` pairs as a dict, each value read as YAML; a field the demo does not have is
+    refused here, before any seed runs."""
+    from orchlib.demo import DemoConfig
+
+    out = {}
+    for pair in pairs:
+        field, eq, value = pair.partition("=")
+        if not eq or not field:
+            raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE")
+        if field not in DemoConfig.model_fields:
+            raise SystemExit(f"--set {pair!r}: DemoConfig has no field {field!r}")
+        out[field] = yaml.safe_load(value)
+    try:  # a value of the wrong type is refused now, not after the first seed
+        DemoConfig(**out)
+    except ValueError as e:
+        raise SystemExit(f"--set {' '.join(pairs)}: {e}") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -118,12 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/bench_demo", help="one folder per seed inside")
     ap.add_argument("--parallel", type=int, default=1, help="seeds run at once (their wall times then mean nothing)")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="the wall-time bar per seed")
-    ap.add_argument("--split-seed", type=int, default=None,
-                    help="one train/test split for every seed (DemoConfig.split_seed; default: each seed's own)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a DemoConfig field for every seed, the value read as YAML (repeatable): a variant "
+                         "measured side by side with the defaults, e.g. --set sft_steps=200; --set "
+                         "split_seed=null gives each seed its own train/test split")
     args = ap.parse_args(argv)
+    settings = parse_settings(args.set)
 
     def one(seed: int) -> dict:
-        m = run_seed(seed, Path(args.out) / f"seed-{seed}", args.steps, args.split_seed)
+        m = run_seed(seed, Path(args.out) / f"seed-{seed}", args.steps, settings)
         fails = [k for k, ok in m["checks"].items() if not ok]
         print(f"seed {seed}: {sum(m['checks'].values())}/{len(m['checks'])} bars"
               + (f" (failed: {', '.join(fails)})" if fails else ""), f"in {m['bench_wall_s']:.0f} s", flush=True)

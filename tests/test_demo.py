@@ -161,9 +161,9 @@ def test_replay_examples_leave_out_the_name_only_where_the_task_offers_a_choice(
         assert tok.decode([g.ids[i] for i in dropped]) == (g.turns[0].calls[0].name if g.category == "gsm8k" else "")
 
 
-def test_bench_demo_split_seed_reaches_the_demo_as_one_split_for_every_seed(tmp_path, monkeypatch):
-    """bench_demo --split-seed: the command each seed runs parses, through orchlib's own CLI, to the seed's
-    DemoConfig with that split (no demo is run: the command is caught where it would start)."""
+def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch):
+    """bench_demo --set: the command each seed runs parses, through orchlib's own CLI, to the seed's
+    DemoConfig with those fields (no demo is run: the command is caught where it would start)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -184,9 +184,17 @@ def test_bench_demo_split_seed_reaches_the_demo_as_one_split_for_every_seed(tmp_
         raise RuntimeError("caught")
 
     monkeypatch.setattr(subprocess, "run", caught)
-    for seed, split in ((3, 0), (4, None)):
+    # --set: any DemoConfig field, its value read as YAML, for every seed
+    for seed, pairs, fields in ((3, [], {}), (4, ["split_seed=null"], {"split_seed": None}),
+                                (2, ["sft_steps=200", "contrast_categories=[gsm8k, arithmetic]"],
+                                 {"sft_steps": 200, "contrast_categories": ("gsm8k", "arithmetic")})):
         with pytest.raises(RuntimeError, match="caught"):
-            bench_demo.run_seed(seed, tmp_path / f"seed-{seed}", None, split)
+            bench_demo.run_seed(seed, tmp_path / f"seed-{seed}", None, bench_demo.parse_settings(pairs))
         assert seen[-1][1:3] == ["-m", "orchlib.cli"]
         config = config_from(build_parser().parse_args(seen[-1][3:]))
-        assert config == DemoConfig(seed=seed, split_seed=split, out=str(tmp_path / f"seed-{seed}"))
+        assert config == DemoConfig(seed=seed, out=str(tmp_path / f"seed-{seed}"), **fields)
+    # a wrong field or value stops the benchmark before a seed runs
+    for bad, why in (("sft_step=200", "no field 'sft_step'"), ("sft_steps=many", "sft_steps"),
+                     ("sft_steps", "FIELD=VALUE")):
+        with pytest.raises(SystemExit, match=why):
+            bench_demo.parse_settings([bad])

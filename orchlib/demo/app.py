@@ -206,13 +206,17 @@ def under(tasks: list[Task], profiles=DEMO_PROFILES) -> list[Task]:
     return under_profiles(tasks, profiles)
 
 
-def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, seed: int = 0) -> dict[str, float]:
+def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, seed: int = 0,
+                  trajectories: list | None = None) -> dict[str, float]:
     """Before RL: share of well-formed turns (sampled, as RL samples), and how often the policy copies
-    the arithmetic expression exactly once it has chosen the calculator (the call's opening is given)."""
+    the arithmetic expression exactly once it has chosen the calculator (the call's opening is given).
+    `trajectories`: the policy's sampled runs of `tasks`, when an evaluation already has them (the demo's
+    before-RL one); otherwise two per task are sampled here."""
     from orchlib.engines import SamplingParams
     from orchlib.rollout import render_prompt, rollout, tool_schemas
 
-    trajs = rollout(tasks, toolbox, engine, config, group_size=2, seed=seed)
+    trajs = trajectories if trajectories is not None else rollout(tasks, toolbox, engine, config, group_size=2,
+                                                                   seed=seed)
     turns = [t for tr in trajs for t in tr.turns]
     # a well-formed turn makes at least one call and every call parses, names an offered tool and
     # fits its schema (in the demo every turn should call: each tool's answer is final)
@@ -355,14 +359,16 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["warm_start"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed)
+    before = _policy_eval(engine, test, toolbox, reward, config)
+    checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed,
+                           trajectories=before.trajectories)  # the same runs: the format is read off them
     checks["copy_drill_steps"] = float(len(copy_sft.losses)) if copy_sft else 0.0
     checks["copy_heldout_accuracy"] = phase1_copy
     model.eval()
     checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
-    checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],
-                                              reading_box, DEMO_ROLLOUT, READING_PAIR["accuracy"], DEMO_PROFILES)
-    before = _policy_eval(engine, test, toolbox, reward, config)
+    if config.reading_drills:  # whether the drills taught P's reading on their own pair (none without them)
+        checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],
+                                                  reading_box, DEMO_ROLLOUT, READING_PAIR["accuracy"], DEMO_PROFILES)
     wall["eval_before"] = time.perf_counter() - t
 
     t = time.perf_counter()

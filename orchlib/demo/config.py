@@ -42,14 +42,16 @@ class DemoConfig(BaseModel):
     """Defaults finish in about five minutes on 2 CPU cores."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    seed: int = Field(0, description="seeds the suite (its split too, unless split_seed), the policy's weights "
-                                     "and every draw")
+    seed: int = Field(0, description="seeds the policy's weights and every draw of the warm start and of GRPO "
+                                     "(and the train/test split, with split_seed None)")
     size: str = Field("tiny", description="default policy size: tiny (~1.3 M) or small (~50 M)")
     steps: int = Field(80, ge=0, description="GRPO steps")
-    split_seed: int | None = Field(None, description="seeds the train/test split alone (None: `seed`). With one "
-                                   "split for every seed, the seed-to-seed spread is training's own: on each seed's "
-                                   "own 40 GSM8K test questions, always-cheapest's lead over always-strongest under "
-                                   "\"thrifty\" ranged from -0.025 to +0.288 (docs/notes/)")
+    split_seed: int | None = Field(0, description="seeds the train/test split alone, so every seed is tested on "
+                                   "the same questions, as a benchmark's test set is fixed, and the seed-to-seed "
+                                   "spread is training's own (None: the split follows `seed`). On each seed's own "
+                                   "40 GSM8K test questions, always-cheapest's lead over always-strongest under "
+                                   "\"thrifty\" ranged from -0.025 to +0.288: the questions, not training, "
+                                   "decided whether P could pay there (docs/notes/)")
     n_train: int = Field(120, ge=4, description="train tasks (half arithmetic, half GSM8K)")
     n_test: int = Field(80, ge=4, description="held-out test tasks; with 40, Mixtral's accuracy on seed 1's 20 test "
                                               "questions was 0.45 against 0.65 on train, and always-cheapest lost "

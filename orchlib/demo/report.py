@@ -170,8 +170,9 @@ def table_text(m: dict[str, Any]) -> str:
              f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
              f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
              f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
-             f"{100 * m['format'].get('copy_heldout_accuracy', 0):.0f}% of held-out drills copied); P read at the "
-             f"choice on the reading drills' pair: {m['format'].get('reading_gap_points', float('nan')):.1f} points",
+             f"{100 * m['format'].get('copy_heldout_accuracy', 0):.0f}% of held-out drills copied)"
+             + (f"; P read at the choice on the reading drills' pair: {m['format']['reading_gap_points']:.1f} points"
+                if "reading_gap_points" in m["format"] else ""),
              f"GRPO reward against fixed reference runs: first 10 steps {m['reward_first10']:.3f}, last 10 steps "
              f"{m['reward_last10']:.3f} (within each step's own groups, as the update sees it: "
              f"{m['reward_in_group_first10']:.3f} -> {m['reward_in_group_last10']:.3f}); groups per step with a "
