@@ -198,3 +198,21 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
                      ("sft_steps", "FIELD=VALUE")):
         with pytest.raises(SystemExit, match=why):
             bench_demo.parse_settings([bad])
+
+
+def test_format_checks_read_an_evaluations_runs_as_their_own(tiny_policy):
+    """The demo's format checks take the before-RL evaluation's runs: the same rollout call with the same
+    seed, so the numbers equal those of the checks sampling their own runs."""
+    from orchlib.demo.app import _policy_eval, format_checks, under
+    from orchlib.demo.config import DEMO_ROLLOUT, REWARD_FILE
+    from orchlib.engines import TransformersEngine
+    from orchlib.reward import Reward
+
+    model, tok = tiny_policy
+    _, test, toolbox = demo_suite(0, 8, 6)
+    engine = TransformersEngine(model, tok, seed=0)
+    config = DemoConfig(eval_samples=2)
+    before = _policy_eval(engine, test, toolbox, Reward.load(REWARD_FILE), config)
+    own = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=0)
+    given = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=0, trajectories=before.trajectories)
+    assert given == own and own["n_turns"] == 2 * len(under(test))

@@ -17,7 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                    "override it)")
     p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default {d.steps})")
     p.add_argument("--size", default=None, choices=["tiny", "small"], help=f"default policy size (default {d.size})")
-    p.add_argument("--seed", type=int, default=None, help=f"default {d.seed}")
+    p.add_argument("--seed", type=int, default=None, help=f"seeds the weights and every draw; the train/test "
+                                                          f"split stays DemoConfig.split_seed's, {d.split_seed} "
+                                                          f"(default {d.seed})")
     p.add_argument("--out", default=None, help=f"output folder (default {d.out})")
     p.add_argument("--reading-drills", action="store_true",
                    help="add preference-reading drills to phase 2 of the warm start (and lengthen it): "
