@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
+from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,8 @@ def run_seed(seed: int, out: Path, steps: int | None, settings: dict | None = No
         cmd += ["--steps", str(steps)]
     if settings:  # a DemoConfig file: the demo's flags do not name every field
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench_config.yaml").write_text(yaml.safe_dump(settings, sort_keys=True))
+        with open(out / "bench_config.yaml", "w", encoding="utf-8") as f:
+            YAML(typ="safe").dump(dict(sorted(settings.items())), f)
         cmd += ["--config", str(out / "bench_config.yaml")]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -127,7 +128,7 @@ def parse_settings(pairs: list[str]) -> dict:
             raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE")
         if field not in DemoConfig.model_fields:
             raise SystemExit(f"--set {pair!r}: DemoConfig has no field {field!r}")
-        out[field] = yaml.safe_load(value)
+        out[field] = YAML(typ="safe").load(value)
     try:  # a value of the wrong type is refused now, not after the first seed
         DemoConfig(**out)
     except ValueError as e:
