@@ -14,6 +14,9 @@ Readers, with the errors they document:
 - rewards       Reward.from_string on random text, and on YAML of reward-shaped mappings (random
                 expressions built from the language's tokens)    RewardFileError, RewardSyntaxError
 - tasks         load_tasks on random bytes lines, and on JSONL of task-shaped objects   TaskFileError
+- recordings    read_recording on JSONL rows of recording-shaped objects (random values, NaN counts,
+                nested and deep rows), CSV (duplicate headers, short rows, fields over 128 KiB, stray
+                quotes) and Parquet (written, then cut at a random point)          RecordingError
 
 The default test suite runs a few hundred cases of each (tests/test_hardening_fuzz.py); exits 1 if a
 reader raised anything undocumented or a case took over 5 s.
@@ -39,6 +42,7 @@ from orchlib.cards import CardError, load_card
 from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls
 from orchlib.reward import Reward, RewardFileError, RewardSyntaxError
 from orchlib.tasks import TaskFileError, load_tasks
+from orchlib.tools.replay import RecordingError, read_recording
 
 HANG_S = 5.0
 
@@ -157,6 +161,56 @@ def read_tasks(content: bytes, folder: Path) -> None:
     load_tasks(path)
 
 
+# ------------------------------------------------------------------------------------- recordings
+RECORDING_KEYS = ["prompt", "model", "response", "grade", "input_tokens", "output_tokens", "reasoning_tokens",
+                  "cached_tokens", "latency_s", "cost_usd", "usage"]
+recording_values = json_values | st.sampled_from([float("nan"), float("inf"), -1, 2**63, 1e12, "12", "q", "m"])
+
+
+def recording_line(obj: dict[str, Any], suffix: str) -> bytes:
+    return (json.dumps(obj) + suffix).encode("utf-8", errors="surrogatepass")
+
+
+def csv_text(header: list[str], rows: list[list[str]], big: bool, quote: bool) -> bytes:
+    lines = [",".join(header)] + [",".join(r) for r in rows]
+    if big:
+        lines.append(",".join(["q", "m", "x" * 140_000]))
+    if quote:
+        lines.append('"q,m,"a')
+    return "\n".join(lines).encode("utf-8", errors="surrogatepass")
+
+
+def recording_cases():
+    obj = st.dictionaries(st.sampled_from(RECORDING_KEYS), recording_values, max_size=8)
+    line = st.builds(recording_line, obj, st.sampled_from(["", "}", " ", ',"usage":' + nested(100_000) + "}"]))
+    jsonl = st.tuples(st.just("jsonl"), st.lists(line | st.binary(max_size=80), max_size=4).map(b"\n".join))
+    cell = st.text(max_size=6) | st.sampled_from(["NaN", "-1", "1e999", "", "q", "m"])
+    header = st.lists(st.sampled_from(["prompt", "model", "response", "grade", "output_tokens"]), min_size=1,
+                      max_size=5)
+    table = st.builds(csv_text, header, st.lists(st.lists(cell, max_size=6), max_size=3), st.booleans(),
+                      st.booleans())
+    parquet = st.tuples(st.just("parquet"), st.lists(st.fixed_dictionaries(
+        {"prompt": st.sampled_from(["q1", "q2"]), "model": st.sampled_from(["m", "n"]), "response": st.text(max_size=8),
+         "output_tokens": st.integers(-2, 5)}), min_size=1, max_size=4), st.floats(0, 1))
+    return st.one_of(jsonl, st.tuples(st.just("csv"), table), parquet)
+
+
+def read_recording_case(case: tuple, folder: Path) -> None:
+    kind = case[0]
+    if kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = folder / "r.parquet"
+        pq.write_table(pa.Table.from_pylist(case[1]), path)
+        data = path.read_bytes()
+        path.write_bytes(data[: max(1, int(len(data) * case[2]))] if case[2] < 0.98 else data)
+    else:
+        path = folder / f"r.{kind}"
+        path.write_bytes(case[1])
+    read_recording(path)
+
+
 # ---------------------------------------------------------------------------------------- running
 @dataclass
 class Row:
@@ -175,6 +229,7 @@ READERS: dict[str, tuple[Any, Callable[..., None], tuple[type[BaseException], ..
     "cards": (card_cases(), read_card, (CardError,)),
     "rewards": (reward_cases(), read_reward, (RewardFileError, RewardSyntaxError)),
     "tasks": (task_cases(), read_tasks, (TaskFileError,)),
+    "recordings": (recording_cases(), read_recording_case, (RecordingError,)),
 }
 
 

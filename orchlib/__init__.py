@@ -39,6 +39,13 @@ _EXPORTS: dict[str, str] = {
     "SFTConfig": "orchlib.train", "SFTExample": "orchlib.train", "golden_trajectories": "orchlib.train",
     "sft_train": "orchlib.train",
     "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate",
+    # sweeping P, auditing the bill, opening up the reward
+    "sweep": "orchlib.sweep", "SweepResult": "orchlib.sweep", "preference_grid": "orchlib.sweep",
+    "preference_sample": "orchlib.sweep", "pareto_front": "orchlib.sweep", "hypervolume": "orchlib.sweep",
+    "preference_router": "orchlib.sweep",
+    "check_prices": "orchlib.audit", "PriceCheck": "orchlib.audit",
+    "ledger": "orchlib.ledger", "Ledger": "orchlib.ledger",
+    "breakdown": "orchlib.reward.breakdown", "Breakdown": "orchlib.reward.breakdown",
     # tool descriptions written from evidence
     "describe": "orchlib.describe", "describe_file": "orchlib.describe", "DescribeResult": "orchlib.describe",
 }
@@ -49,7 +56,9 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 # be the module once anything imported it.
 from orchlib.describe import describe  # noqa: E402, F401
 from orchlib.evaluate import evaluate  # noqa: E402, F401
+from orchlib.ledger import ledger  # noqa: E402, F401
 from orchlib.rollout import rollout  # noqa: E402, F401
+from orchlib.sweep import sweep  # noqa: E402, F401
 
 
 def __getattr__(name: str) -> Any:

@@ -29,7 +29,9 @@ import math
 import os
 import random
 import re
+import sys
 import typing
+import warnings
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
@@ -805,3 +807,23 @@ def _is_json(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+
+def __getattr__(name: str) -> Any:
+    """`orchlib.cards.validate_cards`, kept for old code: it moved to `orchlib.tools.validate_cards`,
+    which builds each card's backend, and this module knows no backend (the backends import it). The
+    package's own `__init__` has loaded `orchlib.tools` before any of its modules is used, so the
+    function is found there without this module importing it; a DeprecationWarning says where it went."""
+    if name != "validate_cards":
+        raise AttributeError(f"module 'orchlib.cards' has no attribute {name!r}")
+    tools = sys.modules.get("orchlib.tools")
+    if tools is None:  # ImportError: `from orchlib.cards import ...` would hide an AttributeError's message
+        raise ImportError("orchlib.cards.validate_cards moved: use orchlib.tools.validate_cards")
+
+    def validate_cards(cards: Any, build: bool = True) -> list[CardError]:
+        warnings.warn("orchlib.cards.validate_cards moved to orchlib.tools.validate_cards", DeprecationWarning,
+                      stacklevel=2)
+        return tools.validate_cards(cards, build=build)
+
+    return validate_cards

@@ -20,7 +20,7 @@ from orchlib.trajectory import ToolCall, new_tool_call
 __all__ = [
     "IM_START", "IM_END", "TOOL_CALL", "TOOL_CALL_END", "CALL_OPENING", "TOOL_RESPONSE", "TOOL_RESPONSE_END", "PAD",
     "SPECIAL_TOKENS", "CHAT_TEMPLATE", "ToolCallParseError", "parse_tool_calls", "render_call", "render_assistant",
-    "observation_segment", "system_text", "call_name_mask",
+    "observation_segment", "system_text", "call_name_mask", "tools_block", "template_renders_tools",
 ]
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -63,12 +63,34 @@ CHAT_TEMPLATE = (
 )
 
 
+def tools_block(tools: list[dict[str, Any]]) -> str:
+    """The tools as CHAT_TEMPLATE lists them after the system text (header, one JSON line each)."""
+    return TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + "\n</tools>"
+
+
 def system_text(system: str, tools: list[dict[str, Any]] | None) -> str:
     """The system turn exactly as CHAT_TEMPLATE renders it (used to check the template)."""
-    out = f"{IM_START}system\n{system}"
-    if tools:
-        out += TOOLS_HEADER + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) + "\n</tools>"
-    return out + f"{IM_END}\n"
+    return f"{IM_START}system\n{system}" + (tools_block(tools) if tools else "") + f"{IM_END}\n"
+
+
+_PROBE_TOOL = {"type": "function", "function": {"name": "orchlib_probe_tool_7f3a", "description": "",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def template_renders_tools(tokenizer) -> bool:
+    """Whether the tokenizer's chat template lists `tools=` at all. Many templates (SmolLM2's plain ChatML
+    among them) drop the argument without a word; the rollout then lists the tools itself
+    (`tools_block` in the system turn), so any chat template can drive an orchestrator."""
+    template = getattr(tokenizer, "chat_template", None)
+    key = template if isinstance(template, str) else repr(template)
+    if key not in _RENDERS_TOOLS:
+        msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+        text = tokenizer.apply_chat_template(msgs, tools=[_PROBE_TOOL], tokenize=False, add_generation_prompt=True)
+        _RENDERS_TOOLS[key] = _PROBE_TOOL["function"]["name"] in text
+    return _RENDERS_TOOLS[key]
+
+
+_RENDERS_TOOLS: dict[str, bool] = {}  # chat template → whether it renders tools (probed once per template)
 
 
 def render_call(call: ToolCall) -> str:

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "eval": "orchlib.commands.eval",
     "demo": "orchlib.commands.demo",
     "synth": "orchlib.commands.synth",
+    "prices": "orchlib.commands.prices",
 }
 
 

@@ -17,6 +17,12 @@ The cost–accuracy summaries follow the routing literature:
   the operating points, normalised by the width of the call-share range they span).
 - `aiq`: RouterBench (Hu et al. 2024, arXiv 2403.12031, §3): the area under the non-decreasing convex
   hull of accuracy against cost, divided by the cost range.
+
+PGR and APGR measure a gap that exists only when the strong reference beats the weak one; where it
+does not (the cheapest model is also the most accurate), they return `Undefined`: a NaN that says why
+(`value.reason`), never ±inf. `evaluate` warns when episodes end on the token budget, or at
+`max_new_tokens`, before any tool call: they are scored 0 at $0, which is the configuration's doing,
+not the policy's.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +49,7 @@ from orchlib.tasks import PROFILES, Preference, Task
 from orchlib.trajectory import Trajectory, to_json_line, write_jsonl
 
 __all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare",
-           "reward_across", "preference_adherence", "frontier", "pgr", "apgr", "aiq", "format_table",
+           "reward_across", "preference_adherence", "frontier", "pgr", "apgr", "aiq", "Undefined", "format_table",
            "BASELINES", "make_baselines", "try_routes", "choice_gap", "reference_runs", "anchored_reward",
            "under_profiles"]
 
@@ -263,6 +270,7 @@ def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: Rollou
     kept: list[Trajectory | TrajectoryFigures] = []
     rewards: list[float] | None = [] if reward is not None else None
     paused = collector_paused if batch_size is not None else contextlib.nullcontext
+    cut_short: Counter[str] = Counter()
     with _JsonlSink(trajectories_to) as sink:
         for start in range(0, len(tasks), step):
             batch = tasks[start:start + step]
@@ -270,16 +278,37 @@ def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: Rollou
                 trajectories = rollout(batch, toolbox, policy, config, group_size=group_size, seed=seed)
                 if rewards is not None:
                     rewards += _group_rewards(trajectories, batch, group_size, reward)
+                cut_short.update(_cut_before_any_call(trajectories))
                 if sink is None:
                     kept += trajectories
                 else:
                     sink.write(trajectories)
                     kept += [TrajectoryFigures.of(t) for t in trajectories]
                 del trajectories
+    _warn_cut_short(cut_short, len(kept), label, config)
     metrics = compute_metrics(kept, rewards)
     if trajectories_to is None:
         return EvalReport(label, metrics, kept, rewards)  # type: ignore[arg-type]  (trajectories, all)
     return EvalReport(label, metrics, [], rewards, trajectories_path=Path(trajectories_to))
+
+
+def _cut_before_any_call(trajectories: Sequence[Trajectory]) -> Counter[str]:
+    """Episodes that ended on a limit (the token budget, or max_new_tokens mid-turn) without one tool call."""
+    return Counter(t.finish_reason for t in trajectories
+                   if t.finish_reason in ("token_budget", "length") and not any(t.calls.values()))
+
+
+def _warn_cut_short(counts: Counter[str], total: int, label: str, config: RolloutConfig) -> None:
+    """Say so when episodes were scored 0 at $0 because the rollout's limits left no room to call a tool."""
+    if counts["token_budget"]:
+        warnings.warn(f"{label}: {counts['token_budget']} of {total} episodes ended on the token budget before any "
+                      f"tool call (scored 0 at $0): the prompt leaves no room within max_total_tokens="
+                      f"{config.max_total_tokens}; raise it, or shorten the prompt (fewer or shorter tool "
+                      "schemas)", stacklevel=3)
+    if counts["length"]:
+        warnings.warn(f"{label}: {counts['length']} of {total} episodes were cut at max_new_tokens="
+                      f"{config.max_new_tokens} before any tool call (scored 0 at $0): a call with several "
+                      "arguments may need more tokens than that", stacklevel=3)
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
@@ -407,10 +436,36 @@ def frontier(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]]) 
     return [k for _, _, k in sorted(keep, key=lambda x: (x[0], x[1]))]
 
 
+class Undefined(float):
+    """A metric that has no value here: NaN (so sums, tables and plots treat it as missing) that says
+    why in `reason` and in its repr."""
+
+    reason: str
+
+    def __new__(cls, reason: str) -> Undefined:
+        value = super().__new__(cls, "nan")
+        value.reason = reason
+        return value
+
+    def __repr__(self) -> str:
+        return f"undefined here, because {self.reason}"
+
+    __str__ = __repr__
+
+
+def _no_gap(acc_weak: float, acc_strong: float) -> Undefined | None:
+    if acc_strong > acc_weak:
+        return None
+    return Undefined(f"the strong reference ({acc_strong:g}) is no more accurate than the weak one ({acc_weak:g}): "
+                     "there is no gap to recover (the cheapest model is also the best)")
+
+
 def pgr(acc: float, acc_weak: float, acc_strong: float) -> float:
-    """Performance gap recovered (RouteLLM): (acc − weak) / (strong − weak); 0 = weak, 1 = strong."""
-    if acc_strong == acc_weak:
-        raise ValueError("PGR is undefined when the strong and weak references score the same")
+    """Performance gap recovered (RouteLLM): (acc − weak) / (strong − weak); 0 = weak, 1 = strong.
+    `Undefined` (a NaN that says why) when the strong reference is no more accurate than the weak."""
+    undefined = _no_gap(acc_weak, acc_strong)
+    if undefined is not None:
+        return undefined
     return (acc - acc_weak) / (acc_strong - acc_weak)
 
 
@@ -421,17 +476,21 @@ def apgr(points: Sequence[Sequence[float]], acc_weak: float, acc_strong: float) 
     e.g. one per cost threshold or per preference P. With x sorted, APGR = (AUC − AUC_weak) /
     (AUC_strong − AUC_weak), each AUC the trapezoid area over the points' x range — the mean PGR over
     that range. Over points from 0 % to 100 % strong calls this is RouteLLM's ∫₀¹ PGR d(strong share).
-    A single operating point gives its PGR."""
+    A single operating point gives its PGR. `Undefined` (a NaN that says why, never ±inf) when the
+    strong reference is no more accurate than the weak."""
     pts = sorted((float(x), float(y)) for x, y in points)
     if not pts:
         raise ValueError("no points")
     if any(not 0.0 <= x <= 1.0 for x, _ in pts):
         raise ValueError("the share of strong-model calls must lie in [0, 1]")
-    xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    undefined = _no_gap(acc_weak, acc_strong)
+    if undefined is not None:
+        return undefined
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     width = xs[-1] - xs[0]
     if width == 0:
-        return pgr(float(ys.mean()), acc_weak, acc_strong)
-    auc = float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2))
+        return pgr(sum(ys) / len(ys), acc_weak, acc_strong)
+    auc = sum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1))
     return (auc - acc_weak * width) / ((acc_strong - acc_weak) * width)
 
 

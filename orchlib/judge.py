@@ -41,10 +41,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchlib.atomic import write_text_atomic
 from orchlib.cards import Price, ToolCard, load_card
 from orchlib.tools.base import ToolContext, run_sync
-from orchlib.tools.llm import LLMTool
+from orchlib.tools.llm import MAX_TOKENS_PER_RESPONSE, LLMTool, http_url
 
 __all__ = ["DEFAULT_JUDGE_PROMPT", "JudgeConfig", "Grade", "JudgeStats", "Judge", "use_judge", "set_judge",
-           "judge_checker", "judge_for", "read_verdict"]
+           "judge_checker", "judge_for", "read_verdict", "JudgeCacheError"]
 
 # After the HLE grader's instructions (Phan et al. 2025, arXiv 2501.14249, appendix), which the paper's
 # HLE numbers follow; shortened, with a fixed last line that is easy to read back.
@@ -101,6 +101,11 @@ class JudgeConfig(BaseModel):
         if not {"answer", "reference"} <= names:
             raise ValueError("the template must show {answer} and {reference}")
         return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_only(cls, v: str | None) -> str | None:
+        return v if v is None else http_url(v)  # before a run, not after minutes of failed requests
 
     @model_validator(mode="after")
     def _card_or_endpoint(self) -> JudgeConfig:
@@ -288,24 +293,58 @@ class Judge:
         return write_text_atomic(target, json.dumps(data, ensure_ascii=False) + "\n")
 
     def _load(self, path: Path) -> None:
+        where = f"{path}: {self.fingerprint}"
         entry = _read_cache(path).get(self.fingerprint)
-        for i, row in enumerate((entry or {}).get("grades", [])):
-            try:
-                q, a, r, score, reply, cost, t_in, t_out = row
-                self._cache[(str(q), str(a), str(r))] = Grade(float(score), str(reply), float(cost), 0.0,
-                                                              int(t_in), int(t_out))
-            except (TypeError, ValueError):
-                raise ValueError(f"{path}: {self.fingerprint}.grades[{i}]: expected [question, answer, reference, "
-                                 f"score, reply, cost, tokens_in, tokens_out]") from None
+        if entry is None:
+            return
+        if not isinstance(entry, dict) or not isinstance(entry.get("grades", []), list):
+            raise JudgeCacheError(f"{where}: expected an object whose grades are a list")
+        for i, row in enumerate(entry.get("grades", [])):
+            self._cache.update([_cached_grade(row, f"{where}.grades[{i}]")])
+
+
+class JudgeCacheError(ValueError):
+    """A judge cache file that cannot be read back; the message names the file and the field."""
+
+
+# A grade is one request: its cost is cents. A cached cost past this was not paid, it was written.
+_MAX_GRADE_USD = 10_000.0
+_ROW = ("question", "answer", "reference", "score", "reply", "cost", "tokens_in", "tokens_out")
+
+
+def _cached_grade(row: Any, where: str) -> tuple[tuple[str, str, str], Grade]:
+    """One row of the cache file, every field checked: a score in [0, 1], a finite cost ≥ 0 and
+    bounded, whole token counts ≥ 0 and bounded."""
+    if not isinstance(row, list) or len(row) != len(_ROW):
+        raise JudgeCacheError(f"{where}: expected [{', '.join(_ROW)}]")
+    q, a, r, score, reply, cost, t_in, t_out = row
+    for name, value in zip(_ROW, row):
+        if name in ("question", "answer", "reference", "reply") and not isinstance(value, str):
+            raise JudgeCacheError(f"{where}: {name}: expected text, got {type(value).__name__}")
+    for name, value, top in (("score", score, 1.0), ("cost", cost, _MAX_GRADE_USD)):
+        # `not 0 <= value <= top` is True for NaN too
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= top:
+            raise JudgeCacheError(f"{where}: {name}: expected a number from 0 to {top:g}, got {str(value)[:40]}")
+    for name, value in (("tokens_in", t_in), ("tokens_out", t_out)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS_PER_RESPONSE:
+            raise JudgeCacheError(f"{where}: {name}: expected a whole number from 0 to {MAX_TOKENS_PER_RESPONSE:,}, "
+                                  f"got {str(value)[:40]}")
+    return (q, a, r), Grade(float(score), reply, float(cost), 0.0, t_in, t_out)
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not a judge cache: {e.msg}") from None
+        raise JudgeCacheError(f"{path}:{e.lineno}: not a judge cache: {e.msg}") from None
+    except UnicodeDecodeError as e:
+        raise JudgeCacheError(f"{path}: not a judge cache: not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise JudgeCacheError(f"{path}: not a judge cache: nested too deeply") from None
+    except OSError as e:
+        raise JudgeCacheError(f"{path}: cannot read the judge cache ({e.strerror or e})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}:1: not a judge cache: expected an object of judges")
+        raise JudgeCacheError(f"{path}:1: not a judge cache: expected an object of judges")
     return data
 
 

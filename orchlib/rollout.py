@@ -29,7 +29,8 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchlib.chat import IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls
+from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls,
+                          template_renders_tools, tools_block)
 from orchlib.engines.base import Engine, SamplingParams
 from orchlib.envs.users import make_user
 from orchlib.tasks import Preference, Task
@@ -116,6 +117,8 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfi
     system = config.system_prompt
     if config.show_preference and config.preference_at == "system":
         system += "\n" + preference_line(task, config)
+    if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
+        system, tools = system + tools_block(tools), []
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
     text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
     if config.show_preference and config.preference_at == "system_end":
@@ -214,6 +217,9 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
         ids = known(task, schemas, config) if known is not None else _encode(tok, render_prompt(task, schemas, tok,
                                                                                                 config))
         episodes += [_Episode(task, g, ids, schemas) for g in range(group_size)]
+    follows = getattr(engine, "start_rollout", None)  # an engine that writes per task (ScriptedEngine): the
+    if follows is not None:                            # first call's prompts are these episodes, in order
+        follows([(e.task.id, e.traj.group_index) for e in episodes])
     params = dict(temperature=config.temperature, top_p=config.top_p)
     first = True
     while active := [e for e in episodes if not e.done]:
@@ -334,7 +340,13 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfi
 async def _chat_episode(ep: _Episode, messages: list[dict], engine, session, toolbox, config: RolloutConfig) -> str:
     """Turns until an answer (or the user's end), a `final` tool or `max_turns`; returns the finish reason."""
     while True:
-        reply = await engine.chat(messages, ep.schemas, session)
+        try:
+            reply = await engine.chat(messages, ep.schemas, session)
+        except Exception as e:  # an engine that raised instead of returning its failure: this episode's error
+            from orchlib.engines.openai import ChatReply
+
+            msg = f"{getattr(engine, 'name', 'policy')}: {type(e).__name__}: {e}"[:500]
+            reply = ChatReply(text="", error=Observation(content=f"error: {msg}", error=msg, error_kind="tool_failure"))
         meta = ep.traj.meta
         meta["requests"] += 1
         meta["tokens_in"] += reply.tokens_in
@@ -409,12 +421,14 @@ def _stand_ins_only(calls, toolbox) -> bool:
 
 async def _ask_user(ep: _Episode) -> UserTurn:
     """The user's reply to the conversation so far. A user that cannot reply (its model failed after
-    its retries) ends the conversation; the failure is counted as errors["user_failure"]."""
+    its retries, or a user of one's own raised) ends the conversation; the failure is counted as
+    errors["user_failure"] of this episode, and the other episodes go on."""
     try:
         return await ep.user.reply(ep.messages())
-    except ToolError as e:
+    except Exception as e:
         ep.errors["user_failure"] += 1
-        return UserTurn(text="", done=True, error=str(e), label=getattr(ep.user, "label", ""))
+        msg = str(e) if isinstance(e, ToolError) else f"{type(e).__name__}: {e}"[:500]
+        return UserTurn(text="", done=True, error=msg, label=getattr(ep.user, "label", ""))
 
 
 async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> tuple[list[Observation], float]:

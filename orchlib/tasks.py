@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -23,7 +23,8 @@ from orchlib.atomic import write_text_atomic
 from orchlib.trajectory import ToolCall, UserTurn
 
 __all__ = ["Preference", "PROFILES", "Golden", "STOP_MARKER", "UserSpec", "Task", "CHECKERS", "check_answer",
-           "extract_number", "mentions", "answer_in_text", "resolve", "load_tasks", "save_tasks", "TaskFileError"]
+           "extract_number", "mentions", "answer_in_text", "resolve", "load_tasks", "save_tasks", "TaskFileError",
+           "under_profiles"]
 
 
 class Preference(BaseModel):
@@ -60,6 +61,16 @@ PROFILES: dict[str, Preference] = {
     "fast": Preference(name="fast", outcome=1.0, cost=0.0, latency=1.0),
     "local-only": Preference(name="local-only", outcome=1.0, cost=0.5, latency=0.0),
 }
+
+
+def under_profiles(tasks: Sequence[Task], profiles: Sequence[str | Preference]) -> list[Task]:
+    """Every task once per profile (ids suffixed `@name`), so only P differs between the copies."""
+    out = []
+    for task in tasks:
+        for profile in profiles:
+            P = PROFILES[profile] if isinstance(profile, str) else profile
+            out.append(task.model_copy(update={"preference": P, "id": f"{task.id}@{P.name}"}))
+    return out
 
 
 class Golden(BaseModel):

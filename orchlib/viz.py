@@ -12,6 +12,8 @@ widgets (`orchlib.widgets`) show these same figures.
     cost_accuracy({"oracle": report, ...})                # mean cost vs accuracy, Pareto frontier
     timeline(trajectory)                                  # turns and concurrent calls, Gantt-like
     explain_figure(reward.explain(group, P))              # each term's contribution per rollout
+    sweep_figure(sweep(engine, tasks, toolbox, prefs))    # one point per P, its front, the baselines
+    ledger_figure(ledger(trajectories, toolbox))          # where the money went: tool × token class
 
 Colours: a tool gets the same colour in every figure of one call (tools sorted by name); pass
 `colors=tool_colors(all_tools)` to keep them fixed across figures.
@@ -30,7 +32,7 @@ from orchlib.reward.reward import Explanation
 from orchlib.trajectory import Trajectory
 
 __all__ = ["tool_colors", "tool_distribution", "tool_mix_over_steps", "reward_curves", "push_and_share",
-           "cost_accuracy", "timeline", "explain_figure"]
+           "cost_accuracy", "timeline", "explain_figure", "sweep_figure", "ledger_figure"]
 
 _PALETTE = qualitative.Plotly + qualitative.D3
 _ERROR_COLOR = "#d62728"
@@ -324,4 +326,57 @@ def explain_figure(explanation: Explanation, labels: Sequence[str] | None = None
                              hovertemplate="reward %{y:.4g}<extra></extra>"))
     fig.update_layout(barmode="relative", title=title or "Reward by term", xaxis_title="rollout",
                       yaxis_title="contribution", legend_title="term", xaxis_type="category")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- sweep of P
+def sweep_figure(result: Any, latency_colour: bool = True, title: str | None = None) -> go.Figure:
+    """A sweep of P (`orchlib.sweep.SweepResult`): one marker per P at (mean cost, accuracy), coloured
+    by mean latency (s), hover P, accuracy, $, s and tool mix; the sweep's cost–accuracy front as a
+    line; each reference (baselines, oracle) as a labelled diamond (the oracle a star)."""
+    pts = list(result.points)
+    hover = [f"P: {p.preference.render()}<br>accuracy {p.accuracy:.3f}<br>${p.cost_usd:.5f} per task<br>"
+             f"{p.latency_s:.3g} s per task<br>tool mix: {p.mix()}" for p in pts]
+    marker: dict[str, Any] = {"size": 12, "line": {"width": 1, "color": "black"}}
+    if latency_colour:
+        marker.update(color=[p.latency_s for p in pts], colorscale="Viridis", showscale=True,
+                      colorbar={"title": "latency s", "x": 1.02})
+    fig = go.Figure(go.Scatter(name=f"{result.name} (one point per P)", x=[p.cost_usd for p in pts],
+                               y=[p.accuracy for p in pts], mode="markers", marker=marker, text=hover,
+                               customdata=[p.preference.name for p in pts],
+                               hovertemplate="%{text}<extra></extra>"))
+    front = result.front()
+    fig.add_trace(go.Scatter(name="front", x=[p.cost_usd for p in front], y=[p.accuracy for p in front],
+                             mode="lines", line={"dash": "dash", "color": "black"},
+                             text=[p.preference.name for p in front], hovertemplate="front: %{text}<extra></extra>"))
+    for i, (name, (cost, acc, lat)) in enumerate(result.references.items()):
+        fig.add_trace(go.Scatter(name=name, x=[cost], y=[acc], mode="markers+text", text=[name],
+                                 textposition="bottom center",
+                                 marker={"symbol": "star" if name == "oracle" else "diamond", "size": 14,
+                                         "color": _PALETTE[(i + 1) % len(_PALETTE)]},
+                                 hovertemplate=f"{name}<br>accuracy %{{y:.3f}}<br>$%{{x:.5f}} per task<br>"
+                                               f"{lat:.3g} s per task<extra></extra>"))
+    hv = result.hypervolumes()
+    ratio = f" · hypervolume {hv[result.name]:.3g}" + (f" (oracle {hv['oracle']:.3g})" if "oracle" in hv else "")
+    fig.update_layout(title=title or f"{result.name}: cost vs accuracy under {len(pts)} preferences{ratio}",
+                      xaxis_title="mean cost per task (USD)", yaxis_title="accuracy",
+                      legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- ledger
+def ledger_figure(ledger: Any, title: str | None = None) -> go.Figure:
+    """A run's bill (`orchlib.ledger.Ledger`) as stacked bars: one bar per payer (the policy's own
+    tokens, each tool, the user), one segment per token class (input, cached, output, reasoning, per
+    call, per second, other), USD summed over the episodes."""
+    totals = ledger.by_payer_and_class()
+    payers = list(totals)
+    classes = [c for c in ledger.CLASSES if any(totals[p].get(c, 0.0) for p in payers)]
+    fig = go.Figure()
+    for i, cls in enumerate(classes):
+        fig.add_trace(go.Bar(name=cls, x=payers, y=[totals[p].get(cls, 0.0) for p in payers],
+                             marker_color=_PALETTE[i % len(_PALETTE)],
+                             hovertemplate=f"%{{x}} · {cls}: $%{{y:.5g}}<extra></extra>"))
+    fig.update_layout(barmode="relative", title=title or f"Where the money went: {len(ledger.episodes)} episodes",
+                      xaxis_title="payer", yaxis_title="USD", legend_title="token class", xaxis_type="category")
     return fig

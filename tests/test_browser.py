@@ -7,6 +7,12 @@ cells, clicks Step twice and checks the step counter and the reward chart (point
 read from plotly's own graph div) moved with it, moves a preference slider and checks the P the
 kernel reports, takes one more step under that P, and saves screenshots to test-artifacts/.
 
+Notebook 05 the same way: all cells run, then the screenshots are checked for what must be drawn — the
+sweep's figure (one marker per P in the SVG, and a plot area that is not blank), the ledger's bars, the
+audit's table with the planted mistake, the reward breakdown — and the user panel is used as a person
+would: New conversation, a message typed into its text box, Send, and the message and the orchestrator's
+next reply appear in the timeline.
+
 Skipped only where /usr/bin/chromium is missing and `CI` is unset; with `CI` set it must run.
 """
 
@@ -32,6 +38,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = Path("/usr/bin/chromium")
 NOTEBOOK = REPO / "notebooks" / "03_train_with_panel.ipynb"
+NOTEBOOK_05 = REPO / "notebooks" / "05_sweep_audit_user.ipynb"
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -71,12 +78,13 @@ def _free_port() -> int:
 
 @pytest.fixture()
 def jupyterlab(tmp_path, policy_cache):
-    """(base URL, token, server log path) of a JupyterLab serving a temporary copy of notebook 03."""
+    """(base URL, token, server log path) of a JupyterLab serving temporary copies of notebooks 03 and 05."""
     _require_browser()
     dirs = {name: tmp_path / name for name in ("config", "data", "runtime", "root")}
     for d in dirs.values():
         d.mkdir()
-    shutil.copy(NOTEBOOK, dirs["root"] / NOTEBOOK.name)
+    for notebook in (NOTEBOOK, NOTEBOOK_05):
+        shutil.copy(notebook, dirs["root"] / notebook.name)
     for rel, value in USER_SETTINGS.items():
         path = dirs["config"] / "lab" / "user-settings" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,3 +228,133 @@ def test_notebook_03_panel_in_jupyterlab(jupyterlab, tmp_path):
         finally:
             browser.close()
     assert (ARTIFACTS / "browser-03-panel.png").stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------- notebook 05
+def _run_all_cells(page, base: str, token: str, name: str) -> None:
+    """Open notebook `name` in JupyterLab, wait for its kernel, run all cells and wait for every one."""
+    page.goto(f"{base}/lab/tree/{name}?token={token}", timeout=120_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    deadline = time.time() + 120
+    while KERNEL_NAME not in page.locator(".jp-KernelName").first.inner_text():
+        if page.locator(".jp-Dialog .jp-mod-accept").count():
+            page.locator(".jp-Dialog .jp-mod-accept").click()
+        assert time.time() < deadline, "the notebook's kernel did not start"
+        time.sleep(0.5)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    page.wait_for_function(f"() => ({PROMPTS})().some(p => p.includes('*'))", timeout=60_000)
+    page.wait_for_function(f"() => !({PROMPTS})().some(p => p.includes('*'))", timeout=RUN_ALL_TIMEOUT_MS)
+    prompts = page.evaluate(PROMPTS)
+    if not all(re.search(r"\[\d+\]", p) for p in prompts):
+        failed = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+        pytest.fail(f"not every cell ran: {prompts}\n" + "\n".join(failed.all_inner_texts())[-3000:])
+
+
+# The index of the plotly figure whose first trace's name holds `text` (-1: none drawn).
+FIGURE_INDEX = """(text) => [...document.querySelectorAll('.js-plotly-plot')]
+  .findIndex(d => d.data && d.data.length && String(d.data[0].name || '').includes(text))"""
+
+
+def _drawn(path: Path, min_colours: int = 12, min_ink: float = 0.01) -> tuple[int, float]:
+    """(distinct colours, share of pixels that are not near-white) of a screenshot: a figure or panel
+    that is really drawn has many colours and some ink; a blank or collapsed one has neither."""
+    from PIL import Image
+
+    img = Image.open(path).convert("RGB")
+    raw = img.tobytes()
+    pixels = [tuple(raw[i:i + 3]) for i in range(0, len(raw), 3)]
+    colours = len(set(pixels))
+    ink = sum(1 for r, g, b in pixels if min(r, g, b) < 235) / len(pixels)
+    assert colours >= min_colours and ink >= min_ink, f"{path.name} looks blank: {colours} colours, ink {ink:.3f}"
+    return colours, ink
+
+
+def _figure(page, text: str, path: Path):
+    index = page.evaluate(FIGURE_INDEX, text)
+    assert index >= 0, f"no figure whose first trace is named like {text!r}"
+    figure = page.locator(".js-plotly-plot").nth(index)
+    figure.scroll_into_view_if_needed()
+    figure.screenshot(path=str(path))
+    return index
+
+
+def test_notebook_05_figures_audit_and_user_panel_in_jupyterlab(jupyterlab, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    base, token, log = jupyterlab
+    ARTIFACTS.mkdir(exist_ok=True)
+    console: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1500, "height": 1100})
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            _run_all_cells(page, base, token, NOTEBOOK_05.name)
+
+            # the sweep: one marker per P, drawn in the SVG and on screen
+            sweep = _figure(page, "one point per P", ARTIFACTS / "browser-05-sweep.png")
+            markers = page.evaluate("""(i) => { const d = document.querySelectorAll('.js-plotly-plot')[i];
+                return [d.data[0].x.length, d.querySelectorAll('.scatterlayer .trace')[0]
+                        .querySelectorAll('path.point').length]; }""", sweep)
+            assert markers == [12, 12], markers
+            _drawn(ARTIFACTS / "browser-05-sweep.png")
+            # the ledger's bars (first trace: the first token class with money in it)
+            ledger = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].findIndex(
+                d => d.layout && d.layout.title && String(d.layout.title.text || '').startsWith('Where the money'))""")
+            assert ledger >= 0
+            bars = page.locator(".js-plotly-plot").nth(ledger)
+            bars.scroll_into_view_if_needed()
+            bars.screenshot(path=str(ARTIFACTS / "browser-05-ledger.png"))
+            assert bars.locator(".barlayer path").count() > 0
+            _drawn(ARTIFACTS / "browser-05-ledger.png")
+
+            # the audit's table caught the planted mistake
+            outputs = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+            assert re.search(r"gpt4_typo\s+OFF\s+price\.per_m_input", outputs), outputs[-2000:]
+            assert "the lines add up exactly" in outputs
+
+            # the reward breakdown, in the playground
+            box = page.locator(".orchlib-reward-breakdown").first
+            box.scroll_into_view_if_needed()
+            assert "share" in box.inner_text() and box.locator("li.orchlib-reward-warning").count() >= 1
+
+            # the user panel: the notebook's conversation is over; start one and type into it
+            panel = page.locator(".orchlib-user-panel").first
+            panel.scroll_into_view_if_needed()
+            status = panel.locator(".orchlib-user-status")
+            assert status.get_attribute("data-state") == "done"
+            assert "It is R1002: please cancel it." in panel.locator(".orchlib-user-timeline").inner_text()
+            panel.locator("button.orchlib-user-restart").click()
+            page.wait_for_function("""() => document.querySelector('.orchlib-user-panel .orchlib-user-status')
+                .dataset.state === 'waiting'""", timeout=STEP_TIMEOUT_MS)
+            box = panel.locator(".orchlib-user-text input")
+            assert box.count() == 1 and box.is_visible()
+            typed = "Typed in the browser: R1002 please"
+            box.fill(typed)
+            panel.locator("button.orchlib-user-send").click()
+            page.wait_for_function("""(typed) => {
+                const t = document.querySelector('.orchlib-user-panel .orchlib-user-timeline');
+                const s = document.querySelector('.orchlib-user-panel .orchlib-user-status');
+                return t && t.textContent.includes(typed) && s.dataset.state === 'waiting'
+                       && t.textContent.includes('Shall I cancel it?'); }""", arg=typed, timeout=STEP_TIMEOUT_MS)
+            said = panel.locator(".orchlib-user-event[data-who='you'] .orchlib-user-said").all_inner_texts()
+            assert said == [typed], said
+            assert panel.locator(".orchlib-user-event[data-who='tool']").count() == 1  # the look-up, with its cost
+            panel.screenshot(path=str(ARTIFACTS / "browser-05-user-panel.png"))
+            _drawn(ARTIFACTS / "browser-05-user-panel.png", min_colours=8, min_ink=0.005)
+            panel.locator("button.orchlib-user-end").click()
+            page.wait_for_function("""() => document.querySelector('.orchlib-user-panel .orchlib-user-status')
+                .dataset.state === 'done'""", timeout=STEP_TIMEOUT_MS)
+            page.screenshot(path=str(ARTIFACTS / "browser-05-jupyterlab.png"))
+        except Exception:
+            if "page" in locals():
+                page.screenshot(path=str(ARTIFACTS / "browser-05-failure.png"))
+            print("\n".join(console[-40:]))
+            print(log.read_text()[-4000:])
+            raise
+        finally:
+            browser.close()

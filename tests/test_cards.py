@@ -16,7 +16,7 @@ from orchlib.cli import main
 from orchlib.tools import validate_cards
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+TEST_DATA = REPO / "tests" / "data"
 CARDS = REPO / "toolcards"
 SHIPPED = {"calculator", "python", "search", "mixtral", "gpt4", "specialist", "generalist"}
 
@@ -221,7 +221,7 @@ def test_price_cost_and_latency_draws():
 
 
 def test_from_openai_imports_every_toolorchestra_tool():
-    specs = json.loads((SHARED_DATA / "toolorchestra" / "tools.json").read_text())
+    specs = json.loads((TEST_DATA / "toolorchestra" / "tools.json").read_text())
     cards = [ToolCard.from_openai(s) for s in specs]
     assert [c.name for c in cards] == ["enhance_reasoning", "answer", "search"]
     for spec, card in zip(specs, cards):

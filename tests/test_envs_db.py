@@ -101,18 +101,24 @@ def test_said_to_user_leaves_tool_calls_out():
     assert said_to_user(t) == "Looking.\nFound it.\nFound it."
 
 
-def test_golden_hash_is_computed_once_per_task(monkeypatch):
+def test_golden_hash_is_computed_once_per_task_not_per_trial(monkeypatch):
     domain = DBDomain("airline", lambda task: INITIAL, list(AIRLINE.functions.values()))
     calls = []
-    real = domain.replay
-    monkeypatch.setattr(domain, "replay", lambda task, c=None: calls.append(task.id) or real(task, c))
+    real = domain._replay
+    monkeypatch.setattr(domain, "_replay", lambda task, env, c: calls.append(task.id) or real(task, env, c))
     task = TASKS["airline-change"]
     for _ in range(3):
         domain.golden_hash(task)
     assert calls == ["airline-change"]
-    changed = task.model_copy(update={"meta": {"required": []}})
-    domain.golden_hash(changed)
-    assert calls == ["airline-change", "airline-change"]  # other meta: another entry
+    # k trials of one task under their own ids (and other required facts): the same replay, not k
+    for k in range(4):
+        domain.golden_hash(task.model_copy(update={"id": f"airline-change#{k}", "meta": {"required": []}}))
+    assert calls == ["airline-change"]
+    fewer = task.model_copy(update={"id": "shorter", "golden": task.golden.model_copy(
+        update={"calls": task.golden.calls[:1]})})
+    domain.golden_hash(fewer)
+    assert calls == ["airline-change", "shorter"]  # other golden calls: another replay
+    assert domain.golden_hash(fewer) == state_hash(INITIAL)  # a look-up alone writes nothing
 
 
 def test_domain_setup_errors_are_named():

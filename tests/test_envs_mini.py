@@ -16,7 +16,7 @@ from orchlib.envs.shop import replay
 from orchlib.tasks import PROFILES, load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
+DATA = REPO / "orchlib" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +80,10 @@ def test_arithmetic_answers_by_independent_evaluation(suite):
 
 
 def test_gsm8k_prompts_are_in_the_recording_with_the_dataset_answer(suite):
-    with open(SHARED / "routellm" / "gsm8k_responses.csv", encoding="utf-8", newline="") as f:
+    with open(DATA / "routellm" / "gsm8k_responses.csv", encoding="utf-8", newline="") as f:
         recorded = {row["prompt"] for row in csv.DictReader(f)}
     gold = {}
-    for line in (SHARED / "gsm8k" / "test.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (DATA / "gsm8k" / "test.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         gold[row["question"]] = row["answer"].split("####")[-1].strip().replace(",", "")
     tasks = [t for t in suite.train + suite.test if t.category == "gsm8k"]

@@ -96,8 +96,8 @@ def test_frontier_by_hand():
 
 def test_pgr_and_apgr_by_hand():
     assert pgr(0.8, 0.6, 1.0) == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        pgr(0.5, 0.7, 0.7)
+    same = pgr(0.5, 0.7, 0.7)  # no gap: a NaN that says why, not an exception or ±inf
+    assert math.isnan(same) and "no gap to recover" in repr(same)
     # Points (0, .6), (.5, .9), (1, 1): PGR (0, .75, 1); trapezoids .5*(0+.75)/2 + .5*(.75+1)/2 = .625.
     assert apgr([(1, 1.0), (0, 0.6), (0.5, 0.9)], 0.6, 1.0) == pytest.approx(0.625)
     # The straight line from weak to strong (a random router) recovers half the gap on average.

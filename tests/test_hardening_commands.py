@@ -204,3 +204,174 @@ def test_eval_out_naming_a_file_is_refused_before_anything_loads(tmp_path, capsy
     (tmp_path / "f").write_text("x")
     assert main(["eval", "--out", str(tmp_path / "f")]) == 2
     assert one_line(capsys) == f"orchlib eval: --out {tmp_path / 'f'}: is a file, not a folder"
+
+
+# ---------------------------------------------------------------------------------------------- train
+def test_train_negative_steps_is_refused_before_training(tmp_path, capsys, monkeypatch, no_long_runs):
+    monkeypatch.chdir(REPO)
+    config = write_config(tmp_path, steps=1, out=str(tmp_path / "run"))
+    assert main(["train", "--config", config, "--steps", "-1"]) == 2
+    assert one_line(capsys) == "orchlib train: --steps: -1 is negative; give the number of GRPO steps (0 or more)"
+
+
+def test_train_on_a_damaged_checkpoint_names_the_file_and_leaves_the_folder(tmp_path, capsys, monkeypatch,
+                                                                             policy_cache):
+    from orchlib.train.checkpoint import commit, temporary_sibling
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    ckpt = tmp_path / "run" / "checkpoint"
+    tmp = temporary_sibling(ckpt, "1")
+    (tmp / "trainer_state.json").write_text('{"step": 4}')
+    commit(tmp, ckpt)
+    (ckpt / "trainer_state.json").write_text('{"step": 0}')  # same size, other bytes
+    config = write_config(tmp_path, steps=0, warm_start="null", out=str(tmp_path / "run"))
+    assert main(["train", "--config", config]) == 2
+    assert one_line(capsys) == (f"orchlib train: {ckpt / 'trainer_state.json'}: its SHA-256 differs from the one "
+                                "saved (changed after saving) (not resumed; move the folder away to start again)")
+    assert (ckpt / "trainer_state.json").read_text() == '{"step": 0}'
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["checkpoint"]
+
+
+# ---------------------------------------------------------------------------------------------- eval
+@pytest.fixture
+def no_evaluation(monkeypatch):
+    import importlib
+
+    def started(*args, **kwargs):
+        raise AssertionError("the evaluation started on bad input")
+
+    monkeypatch.setattr(importlib.import_module("orchlib.evaluate"), "evaluate", started)
+    monkeypatch.chdir(REPO)
+
+
+ENDPOINT = "http://127.0.0.1:9/v1"  # never asked: every case fails before the first request
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--policy", "none"], "--policy none: no policy left to evaluate; add --policy-endpoint URL --model NAME, "
+                           "or give --policy a model ('tiny', a folder, a checkpoint or a hub id)"),
+    (["--policy", "none", "--policy-endpoint", "ftp://127.0.0.1/v1", "--model", "m"],
+     "--policy-endpoint: 'ftp://127.0.0.1/v1' is not an http:// or https:// URL"),
+    (["--policy", "none", "--policy-endpoint", "file:///etc/passwd", "--model", "m"],
+     "--policy-endpoint: 'file:///etc/passwd' is not an http:// or https:// URL"),
+    (["--policy", "none", "--policy-endpoint", ENDPOINT, "--model", "m", "--judge-endpoint", "ftp://h/v1",
+      "--judge-model", "j"], "--judge-endpoint: 'ftp://h/v1' is not an http:// or https:// URL"),
+    (["--policy", "none", "--policy-endpoint", ENDPOINT, "--model", "m", "--price-in", "inf"],
+     "--price-in: Input should be a finite number"),
+    (["--policy", "none", "--policy-endpoint", ENDPOINT, "--model", "m", "--max-in-flight", "0"],
+     "--max-in-flight: Input should be greater than or equal to 1"),
+])
+def test_eval_flags_name_the_flag(tmp_path, capsys, no_evaluation, flags, expected):
+    assert main(["eval", *flags, "--out", str(tmp_path / "out")]) == 2
+    assert one_line(capsys) == f"orchlib eval: {expected}"
+
+
+def test_eval_config_with_an_ftp_endpoint_names_file_line_and_field(tmp_path, capsys, no_evaluation):
+    config = tmp_path / "eval.yaml"
+    config.write_text("policies:\n  - name: x\n    api: {base_url: 'ftp://h/v1', model: m}\n")
+    assert main(["eval", "--config", str(config)]) == 2
+    err = one_line(capsys)
+    assert err.startswith(f"orchlib eval: {config}:3: ") and "base_url" in err and "not an http://" in err
+
+
+def judge_fingerprint() -> str:
+    from orchlib.judge import Judge
+
+    return Judge(base_url=ENDPOINT, model="j").fingerprint
+
+
+def row(**change):
+    fields = dict(q="q", a="a", r="r", score=1.0, reply="GRADE: CORRECT", cost=0.001, t_in=10, t_out=2)
+    fields.update(change)
+    return list(fields.values())
+
+
+@pytest.mark.parametrize("cache, expected", [
+    (lambda fp: "{not json", ":1: not a judge cache: Expecting property name"),
+    (lambda fp: b"\xff\xfe", ": not a judge cache: not UTF-8 text (byte 0)"),
+    (lambda fp: "[]", ":1: not a judge cache: expected an object of judges"),
+    (lambda fp: {fp: []}, ": {fp}: expected an object whose grades are a list"),
+    (lambda fp: {fp: {"grades": [row(), row(score=float("nan"))]}},
+     ": {fp}.grades[1]: score: expected a number from 0 to 1, got nan"),
+    (lambda fp: {fp: {"grades": [row(cost=-51.0)]}}, ": {fp}.grades[0]: cost: expected a number from 0 to 10000, "
+                                                    "got -51.0"),
+    (lambda fp: {fp: {"grades": [row(cost=1e30)]}}, ": {fp}.grades[0]: cost: expected a number from 0 to 10000, "
+                                                   "got 1e+30"),
+    (lambda fp: {fp: {"grades": [row(t_in="5")]}}, ": {fp}.grades[0]: tokens_in: expected a whole number"),
+    (lambda fp: {fp: {"grades": [row(q={"a": 1})]}}, ": {fp}.grades[0]: question: expected text, got dict"),
+    (lambda fp: {fp: {"grades": [row()[:5]]}}, ": {fp}.grades[0]: expected [question, answer, reference"),
+])
+def test_eval_on_a_corrupt_judge_cache_is_one_line_naming_file_and_field(tmp_path, capsys, no_evaluation,
+                                                                          cache, expected):
+    fp = judge_fingerprint()
+    out = tmp_path / "out"
+    out.mkdir()
+    content = cache(fp)
+    target = out / "judge_cache.json"
+    if isinstance(content, bytes):
+        target.write_bytes(content)
+    else:
+        target.write_text(content if isinstance(content, str) else json.dumps(content))
+    assert main(["eval", "--policy", "none", "--policy-endpoint", ENDPOINT, "--model", "m",
+                 "--judge-endpoint", ENDPOINT, "--judge-model", "j", "--out", str(out)]) == 2
+    assert one_line(capsys).startswith(f"orchlib eval: {target}{expected.format(fp=fp)}")
+
+
+# ---------------------------------------------------------------------------------------------- cards import
+TOOL = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}
+
+
+def test_cards_import_out_under_a_file_or_in_proc_is_one_line(tmp_path, capsys):
+    defs = tmp_path / "tools.json"
+    defs.write_text(json.dumps([TOOL]))
+    (tmp_path / "f").write_text("x")
+    assert main(["cards", "import", str(defs), "--out", str(tmp_path / "f" / "cards")]) == 2
+    assert one_line(capsys) == (f"orchlib cards: --out {tmp_path / 'f' / 'cards'}: is under {tmp_path / 'f'}, "
+                                "which is a file, not a folder")
+    assert main(["cards", "import", str(defs), "--out", "/proc/orchlib-cards"]) == 2
+    assert one_line(capsys).startswith("orchlib cards: --out /proc/orchlib-cards: cannot write there (")
+    assert not os.path.exists("/proc/orchlib-cards")
+
+
+def test_cards_import_of_deeply_nested_json_names_file_and_line(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    assert main(["cards", "import", str(deep), "--out", str(tmp_path / "out")]) == 2
+    assert one_line(capsys) == f"orchlib cards: {deep}:1: nested more than 100 levels deep"
+    schema: dict = {"type": "object"}
+    for _ in range(150):
+        schema = {"type": "object", "properties": {"x": schema}}
+    tool = {"type": "function", "function": {"name": "g", "parameters": schema}}
+    lines = tmp_path / "tools.jsonl"
+    lines.write_text(json.dumps(TOOL) + "\n" + json.dumps(tool) + "\n")
+    assert main(["cards", "import", str(lines), "--out", str(tmp_path / "out")]) == 2
+    assert one_line(capsys) == f"orchlib cards: {lines}:2: nested more than 100 levels deep"
+    pretty = tmp_path / "pretty.json"
+    # one key per line: line 5 opens level 3 ("parameters"), then each schema opens two levels in three
+    # lines ("properties" on the 2nd, "x" on the 3rd), so level 101 opens on line 8 + 3 * (101 - 5) / 2
+    pretty.write_text(json.dumps(tool, indent=1))
+    assert main(["cards", "import", str(pretty), "--out", str(tmp_path / "out")]) == 2
+    assert one_line(capsys) == f"orchlib cards: {pretty}:152: nested more than 100 levels deep"
+    assert not (tmp_path / "out").exists()  # nothing written, not even the folder
+
+
+# ---------------------------------------------------------------------------------------------- synth
+SYNTH = ["synth", "--domain", "a small public library", "--model", "writer-1", "--no-progress"]
+
+
+def test_synth_on_a_corrupt_stage_cache_names_the_file(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "domain.json").write_text('{"prompt_sha256": "x", "reply": "{}", "tokens_in": -5, "tokens_out": 1}')
+    assert main([*SYNTH, "--base-url", ENDPOINT, "--out", str(tmp_path / "out"), "--cache", str(cache)]) == 2
+    assert one_line(capsys) == (f"orchlib synth: {cache / 'domain.json'}: tokens_in: -5 is not a token count "
+                                "(0 to 100,000,000)")
+    (cache / "domain.json").write_text("{")
+    assert main([*SYNTH, "--base-url", ENDPOINT, "--out", str(tmp_path / "out"), "--cache", str(cache)]) == 2
+    assert one_line(capsys).startswith(f"orchlib synth: {cache / 'domain.json'}:1: not a stage cache file")
+
+
+def test_synth_with_an_ftp_endpoint_names_the_flag(tmp_path, capsys):
+    assert main([*SYNTH, "--base-url", "ftp://h/v1", "--out", str(tmp_path / "out")]) == 2
+    assert one_line(capsys) == "orchlib synth: --base-url: 'ftp://h/v1' is not an http:// or https:// URL"

@@ -35,6 +35,20 @@ CHECKS = {
 share = [m.get("share/right", 0.0) for m in trainer.history[:12]]
 assert len(share) == 12 and sum(share[-3:]) > sum(share[:3]) + 0.3, share
 """,
+    # 05 says the sweep reads P and covers more than any fixed routing, the planted price mistake is
+    # caught, the bill adds up, and the typed conversation ends as typed and replays to the same end.
+    "05_sweep_audit_user": """
+assert len(result.points) == 12 and len({(p.cost_usd, p.accuracy) for p in result.points}) > 1
+hv = result.hypervolumes()
+assert all(hv[result.name] > hv[name] for name in references), hv
+assert {f.card for f in audit.flagged} == {"gpt4_typo", "specialist"}, audit.flagged
+assert [f.kind for f in audit.flagged if f.card == "gpt4_typo"] == ["off"]
+assert bill.reconciles and not bill.warnings, bill.warnings
+assert t.finish_reason == "user_stop" and t.outcome == 1.0
+typed = [turn.user.text for turn in t.turns if turn.user]
+assert typed == ["It is R1002: please cancel it.", "Yes, cancel it.", ""], typed
+assert again.outcome == 1.0 and again.finish_reason == "user_stop"
+""",
 }
 
 
@@ -57,7 +71,7 @@ def kernel_manager_factory(tmp_path_factory, policy_cache):
 
 
 def test_notebooks_exist_and_are_committed_without_outputs():
-    assert {"01_", "02_", "03_", "04_"} <= {p.name[:3] for p in NOTEBOOKS}
+    assert {"01_", "02_", "03_", "04_", "05_"} <= {p.name[:3] for p in NOTEBOOKS}
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]

@@ -19,7 +19,7 @@ from orchlib.tools import Toolbox
 from orchlib.tools.replay import replay_cards, write_recording
 
 REPO = Path(__file__).resolve().parents[1]
-ROUTELLM = REPO.parent / "shared" / "data" / "routellm" / "gsm8k_responses.csv"
+ROUTELLM = REPO / "orchlib" / "data" / "routellm" / "gsm8k_responses.csv"
 # The policy's own tokens cost nothing and take no time here: every figure is the tools' alone.
 CONFIG = EVAL_ROLLOUT.model_copy(update={"policy_price_in": 0.0, "policy_price_out": 0.0,
                                          "policy_seconds_per_token": 0.0, "tool_timeout_s": 600.0})

@@ -164,6 +164,8 @@ SIGNALS = {
     "limits of the host": ("import resource\nresource.prlimit({host_pid}, resource.RLIMIT_NOFILE, (1, 1))",
                            "changing another process's limits"),
     "leave the process group": ("import os\nos.setsid()", "has no attribute 'setsid'"),
+    "signal the whole group (the keeper too)": ("import os, signal\nos.kill(0, signal.SIGTERM)",
+                                                "signalling other processes"),
 }
 
 
@@ -216,4 +218,191 @@ def test_under_bwrap_the_system_is_read_only_and_tmp_private(target):
     obs = run(code, "bwrap")
     assert obs.error is None
     private_tmp, pids = obs.content.splitlines()
-    assert private_tmp == "True" and pids == "[1, 2]"  # bwrap's init and the sandbox: no host process
+    assert private_tmp == "True" and pids == "[1, 2, 3]"  # bwrap's init, the keeper, the runner: no host process
+
+
+# ---- ways out that held only under bubblewrap: each is refused by the guards alone as well. They run as
+# the host's uid (`uid: None`), so that the guards, not the kernel's permission checks, are what holds.
+def so_file(module: str) -> str:
+    return __import__(module).__file__
+
+
+NATIVE = {
+    "sub-interpreter": ("import _xxsubinterpreters as s\ns.run_string(s.create(), \"open('{t}', 'w')\")",
+                        "sub-interpreters and C-API test modules"),
+    "sub-interpreter of _testcapi": ("import _testcapi\n_testcapi.run_in_subinterp(\"open('{t}', 'w')\")",
+                                     "sub-interpreters and C-API test modules"),
+    "sub-interpreter under an alias": (
+        "import _imp, importlib.machinery as m\n"
+        "s = _imp.create_dynamic(m.ModuleSpec('a._xxsubinterpreters', None, origin='{subinterpreters_so}'))\n"
+        "s.run_string(s.create(), \"open('{t}', 'w')\")", "sub-interpreters and C-API test modules"),
+    "_socket under an alias": (
+        "import _imp, importlib.machinery as m\n"
+        "_imp.create_dynamic(m.ModuleSpec('a._socket', None, origin='{socket_so}'))", "loading a._socket again"),
+    "an extension module the code wrote": (
+        "import base64, _imp, importlib.machinery as m\nopen('x.so', 'wb').write(base64.b64decode('{bisect_b64}'))\n"
+        "_imp.create_dynamic(m.ModuleSpec('_bisect', None, origin='x.so'))",
+        "loading an extension module from outside the interpreter's folders"),
+    "an extension module the code wrote, imported from sys.path": (
+        "import base64, os, sys\nos.mkdir('lib')\n"
+        "open('lib/{bisect_name}', 'wb').write(base64.b64decode('{bisect_b64}'))\n"
+        "sys.path.insert(0, os.path.abspath('lib'))\nsys.modules.pop('_bisect', None)\nimport _bisect",
+        "loading an extension module from outside the interpreter's folders"),
+}
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("name", list(NATIVE))
+def test_native_code_and_sub_interpreters_are_refused(isolation, name, target):
+    import base64
+
+    code, needle = NATIVE[name]
+    bisect_so = so_file("_bisect")
+    code = code.format(t=target, subinterpreters_so=so_file("_xxsubinterpreters"), socket_so=so_file("_socket"),
+                       bisect_b64=base64.b64encode(Path(bisect_so).read_bytes()).decode(),
+                       bisect_name=Path(bisect_so).name)
+    obs = run(code, isolation, uid=None)
+    assert obs.error is not None and needle in obs.error, (name, obs.content[-500:])
+
+
+ALIASED_WRITERS = {  # modules that write files through C calls no audit event reports, loaded as "a.<name>"
+    "readline": ("r.write_history_file('{t}')", lambda t: t),
+    "_posixshmem": ("import os\nr.shm_open('/{n}', os.O_CREAT | os.O_RDWR, 0o600)",
+                    lambda t: Path("/dev/shm") / t.name),
+}
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("module", list(ALIASED_WRITERS))
+def test_a_module_loaded_under_an_alias_writes_nothing_outside(isolation, module, target):
+    code, written = ALIASED_WRITERS[module]
+    code = ("import _imp, importlib.machinery as m\n"
+            f"r = _imp.create_dynamic(m.ModuleSpec('a.{module}', None, origin='{so_file(module)}'))\n"
+            + code.format(t=target, n=target.name))
+    try:
+        obs = run(code, isolation, uid=None)
+        if isolation == "python":  # under bwrap these reach only the private /tmp and /dev
+            assert obs.error is not None and f"loading a.{module} again" in obs.error, obs.content
+    finally:
+        leaked = written(target).exists()
+        written(target).unlink(missing_ok=True)
+    assert not leaked
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_another_process_s_proc_entry_is_refused(isolation, monkeypatch):
+    monkeypatch.setenv("ORCHLIB_HOST_SECRET", "sk-host-secret")
+    for path in (f"/proc/{os.getpid()}/environ", f"/proc/self/../{os.getpid()}/environ", "/proc/1/cmdline"):
+        obs = run(f"open({path!r}, 'rb').read()", isolation, uid=None)
+        assert obs.error is not None and "reading another process's /proc entry" in obs.error, (path, obs.content)
+        assert "sk-host-secret" not in obs.content
+    listing = run(f"import os\nos.listdir('/proc/{os.getpid()}/fd')", isolation, uid=None)
+    assert listing.error is not None and "reading another process's /proc entry" in listing.error
+    own = run("open('/proc/self/status').read().split()[0]", isolation, uid=None)
+    assert own.error is None and own.content == "'Name:'"
+
+
+@pytest.fixture
+def host_file():
+    """A file of the host's, outside every temporary folder (the guards keep the code out of those)."""
+    path = Path(__file__).resolve().parent / f".orchlib-fd-target-{uuid.uuid4().hex}"
+    path.write_text("host")
+    path.chmod(0o600)
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+    yield path
+    path.unlink()
+
+
+FD_METADATA = {
+    "fchmod": "os.fchmod(fd, 0o777)",
+    "fchown": "os.fchown(fd, 12345, 12345)",
+    "futimes": "os.utime(fd, (0, 0))",
+    "fsetxattr": "os.setxattr(fd, 'user.orchlib', b'1')",
+    "fchdir, then write": "os.fchdir(os.open(os.path.dirname({path!r}), os.O_RDONLY))",
+}
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("name", list(FD_METADATA))
+def test_metadata_of_a_host_file_cannot_change_through_an_fd(isolation, name, host_file):
+    before = host_file.stat()
+    code = f"import os\nfd = os.open({str(host_file)!r}, os.O_RDONLY)\n" + FD_METADATA[name].format(path=str(host_file))
+    obs = run(code, isolation, uid=None)
+    assert obs.error is not None and ("on an fd of a file outside the working directory" in obs.error
+                                      or "opening a folder outside" in obs.error
+                                      or "No such file" in obs.error), (name, obs.content)  # bwrap: a private /tmp
+    after = host_file.stat()
+    assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime) == \
+           (before.st_mode, before.st_uid, before.st_gid, before.st_mtime)
+    assert os.listxattr(host_file) == []
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_process_that_leaves_the_session_dies_with_the_run(isolation):
+    marker = f"{time.time_ns() % 10**9}.75"  # a sleep length no other process uses
+    code = (f"import subprocess\nsubprocess.run(['setsid', '-f', 'sleep', '{marker}'], check=True)\n"
+            "import os\nif os.fork() == 0:\n    if os.fork() == 0:\n"
+            f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n    os._exit(0)\nprint('started')")
+    obs = run(code, isolation, allow_processes=True, preload=[*DEFAULT_PRELOAD, "subprocess"])
+    assert obs.error is None and obs.content == "started", obs.content
+    deadline = time.monotonic() + 3
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == []
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_two_concurrent_runs_cannot_read_each_other_s_folder(isolation):
+    import asyncio
+
+    card = CARD.model_copy(update={"backend": {**CARD.backend, "isolation": isolation, "timeout_s": 10}})
+    tool = build_tool(card)
+    holder = "open('secret.txt', 'w').write('s3cret-of-run-a')\nimport time\ntime.sleep(2.5)"
+    reader = ("import os, time\ntime.sleep(1)\nroot = os.path.dirname(os.getcwd())\nseen = []\n"
+              "for d in [d for d in os.listdir(root) if d.startswith('orchlib-sandbox-')]:\n"
+              "    try:\n        seen.append(open(os.path.join(root, d, 'secret.txt')).read())\n"
+              "    except FileNotFoundError:\n        pass\nseen")
+
+    async def both():
+        return await asyncio.gather(tool({"code": holder}), tool({"code": reader}))
+
+    first, second = asyncio.run(both())
+    assert first.error is None
+    assert "s3cret-of-run-a" not in second.content
+    if isolation == "python":  # under bwrap /tmp holds only the run's own folder: nothing to find
+        assert second.error is not None and "shared temporary folder" in second.error, second.content
+    else:
+        assert second.error is None and second.content == "[]"
+
+
+DISK = {
+    "many files under the file size limit": ("for i in range(40):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)\n"
+                                             "import time\ntime.sleep(3)\nprint('done')"),
+    "files deleted but held open": ("import os, time\nkeep = []\nfor i in range(12):\n"
+                                    "    f = open(f'f{i}', 'wb')\n    f.write(b'x' * 2**20)\n    f.flush()\n"
+                                    "    os.remove(f'f{i}')\n    keep.append(f)\ntime.sleep(3)\nprint('done')"),
+    "a short run": "for i in range(12):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)\nprint('done')",
+}
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+@pytest.mark.parametrize("name", list(DISK))
+def test_a_disk_quota_holds_for_all_files_together(isolation, name):
+    obs = run(DISK[name], isolation, disk_mb=8, file_mb=2)
+    assert obs.error is not None and obs.error.startswith("disk quota of 8 MiB exceeded"), (name, obs.content)
+    if name != "a short run":  # stopped while it slept, not at its end
+        assert obs.latency_s < 2.5 and not obs.content.startswith("done")
+    within = run("for i in range(6):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)\nprint('done')", isolation,
+                 disk_mb=8, file_mb=2)
+    assert within.error is None and within.content == "done"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not bwrap_works(), reason="needs root and bubblewrap")
+@pytest.mark.parametrize("uid", [None, 65534])
+def test_bubblewrap_as_root_drops_every_capability(uid):
+    obs = run("[l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm', 'NoNewPrivs'))]",
+              "bwrap", uid=uid)
+    assert obs.error is None
+    effective, permitted, no_new_privileges = eval(obs.content)
+    assert effective == permitted == "0000000000000000"
+    assert no_new_privileges == "1"  # and no set-uid program gives any back

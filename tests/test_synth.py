@@ -373,10 +373,23 @@ def test_cli_failures(server, tmp_path, capsys):
     args = ["synth", "--domain", "a small public library", "--base-url", url, "--model", "writer-1",
             "--out", str(tmp_path), "--no-progress"]
     assert main(args + ["--package", "1library"]) == 2
-    assert "orchlib synth: package: String should match pattern" in capsys.readouterr().err
+    assert "orchlib synth: --package: String should match pattern" in capsys.readouterr().err
     replies["tools"] = json.dumps({"tools": [TOOLS["tools"][4]]})       # only the tool importing os
     assert main(args) == 1
     assert "stage tools: every tool was refused: tool export_catalog:2: imports 'os'" in capsys.readouterr().err
+
+
+def test_a_synthesis_that_keeps_no_task_is_an_error(server, tmp_path, capsys):
+    url, _, replies = server
+    replies["tasks"] = json.dumps({"tasks": []})
+    with pytest.raises(SynthError, match="^stage tasks: no task was kept: the reply held no task$"):
+        synthesize(_config(url), tmp_path / "api", progress=False)
+    assert not (tmp_path / "api" / "synth_library").exists()
+    args = ["synth", "--domain", "a small public library", "--base-url", url, "--model", "writer-1",
+            "--out", str(tmp_path / "cli"), "--no-progress"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err == "orchlib synth: stage tasks: no task was kept: the reply held no task\n"
 
 @pytest.mark.slow  # ~10 s on 2 busy cores: the tiny policy, one GRPO step
 def test_the_trainer_takes_the_shipped_library_as_it_is(policy_cache):

@@ -21,7 +21,10 @@ from orchlib.tools.replay import (RecordingError, ReplaySettings, load_recording
 from orchlib.trajectory import Observation
 
 REPO = Path(__file__).resolve().parents[1]
-RECORDING = REPO.parent / "shared" / "data" / "routellm" / "gsm8k_responses.csv"
+RECORDING = REPO / "orchlib" / "data" / "routellm" / "gsm8k_responses.csv"
+# SHA-256 of the files as published (lm-sys/RouteLLM @ 0b64fdaf, routellm/evals/gsm8k/ and LICENSE)
+RECORDING_SHA256 = "1f38ed03db354a020f71e92022383dc3cf37bbf2694dea4daaeea7b6c43fe57b"
+LICENSE_SHA256 = "43070e2d4e532684de521b885f385d0841030efa2b1a20bafb76133a5e1379c1"
 MIXTRAL = load_card(REPO / "toolcards" / "mixtral.yaml")
 GPT4 = load_card(REPO / "toolcards" / "gpt4.yaml")
 ROWS = list(csv.DictReader(RECORDING.open(encoding="utf-8")))
@@ -36,9 +39,10 @@ def test_approx_tokens_by_hand():
 
 
 def test_shipped_copy_is_the_recording_and_keeps_its_licence():
-    data = REPO / "orchlib" / "data" / "routellm"
-    assert (data / "gsm8k_responses.csv").read_bytes() == RECORDING.read_bytes()
-    assert (data / "LICENSE").read_text() == (RECORDING.parent / "LICENSE").read_text()
+    import hashlib
+
+    assert hashlib.sha256(RECORDING.read_bytes()).hexdigest() == RECORDING_SHA256
+    assert hashlib.sha256((RECORDING.parent / "LICENSE").read_bytes()).hexdigest() == LICENSE_SHA256
 
 
 @pytest.mark.parametrize("card, model", [(MIXTRAL, "mistralai/Mixtral-8x7B-Instruct-v0.1"),
@@ -326,7 +330,8 @@ def test_many_recordings_are_each_read_once(tmp_path, monkeypatch):
     real = replay.read_recording
     monkeypatch.setattr(replay, "read_recording", lambda path, s=None, **kw: reads.append(path) or real(path, s, **kw))
     replay.clear_recordings()
-    paths = [write_recording([{**r, "model": f"m{i}"} for r in RECORDS], tmp_path / f"r{i}.jsonl") for i in range(40)]
+    paths = [write_recording([{**r, "model": f"{r['model']}-{i}"} for r in RECORDS], tmp_path / f"r{i}.jsonl")
+             for i in range(40)]
     cards = [c for p in paths for c in replay_cards(p)]
     tools = [build_tool(c) for c in cards]
     for _ in range(3):

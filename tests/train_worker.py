@@ -4,7 +4,9 @@
     accelerate launch --multi_gpu --num_processes 2 tests/train_worker.py --policy DIR --steps 1 --out FILE
     accelerate launch ... tests/train_worker.py --policy DIR --steps 1 --paired --out FILE
 
-With --paired, each task is drawn under two preference profiles with the preference contrast on.
+With --paired, each task is drawn under two preference profiles with the preference contrast on, and
+the rollouts are written by a script rather than sampled (which tool each episode calls is chosen, so
+the rewards, and what the contrast takes out, are the same on every CPU).
 
 Trains on the toy environment, saves a checkpoint after every step, writes `progress` (the step
 being run) beside the checkpoint, and at the end writes per process: the history, a hash of the
@@ -29,6 +31,53 @@ def weights_hash(model) -> str:
         h.update(name.encode())
         h.update(p.detach().cpu().float().numpy().tobytes())
     return h.hexdigest()
+
+
+# Which tool each of a task's 8 episodes calls (4 under "accuracy", then 4 under "thrifty"): the groups'
+# rewards vary, and "right" has a different mean advantage under each profile, so the contrast moves it.
+PAIRED_SCRIPT = ["right", "right", "right", "wrong", "right", "wrong", "wrong", "wrong"]
+
+
+def scripted_engine(tokenizer, tasks, script=PAIRED_SCRIPT, model=None):
+    """An engine that writes, as the g-th episode of a task in each rollout, one call to the tool
+    `script[g]` (`script`: a list of tool names for every task, or {task id: list}) instead of sampling.
+
+    With `model`, each written id carries the policy's own log-prob of it under the rollout's temperature,
+    as a sampling engine reports it, so an update on these rollouts starts from a ratio of 1; without it,
+    the scripted engine's constant placeholder."""
+    from orchlib.chat import render_call
+    from orchlib.engines.scripted import ScriptedEngine
+    from orchlib.trajectory import ToolCall
+
+    class Engine(ScriptedEngine):
+        def clear_prefix_cache(self) -> None:  # nothing is cached: the text is given
+            pass
+
+        def generate(self, prompts, params, stop_ids=()):
+            out = super().generate(prompts, params, stop_ids)
+            if model is not None:
+                for prompt, g in zip(prompts, out.outputs):
+                    g.logprobs = policy_logprobs(model, list(prompt), g.ids, params.temperature)
+            return out
+
+    by_task = script if isinstance(script, dict) else {t.id: script for t in tasks}
+    turns = {task: [[render_call(ToolCall(name=name, arguments={}))] for name in names]
+             for task, names in by_task.items()}
+    return Engine(tokenizer, turns, tasks=tasks)
+
+
+@torch.no_grad()
+def policy_logprobs(model, prompt: list[int], ids: list[int], temperature: float = 1.0) -> list[float]:
+    """log softmax(logits / T) of `ids` written after `prompt`, from one forward pass of `model`."""
+    was_training = model.training
+    model.eval()
+    try:
+        x = torch.tensor([prompt + list(ids)], device=model.device)
+        logits = model(input_ids=x).logits[0, len(prompt) - 1:-1].float() / (temperature or 1.0)
+    finally:
+        model.train(was_training)
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].tolist()
 
 
 def main() -> None:
@@ -61,6 +110,9 @@ def main() -> None:
         trainer = Trainer.resume(args.ckpt, tasks, tools, reward, hooks=hooks)
     else:
         trainer = Trainer(load_policy(args.policy), tasks, tools, reward, cfg, hooks=hooks)
+    if args.paired:
+        trainer.engine = scripted_engine(trainer.tokenizer, tasks,
+                                         model=trainer.accelerator.unwrap_model(trainer.model))
     seen: list[str] = []
     rows: list[dict] = []
     while trainer.step_count < args.steps:

@@ -158,6 +158,7 @@ def run_export(args: argparse.Namespace) -> int:
 def run_import(args: argparse.Namespace) -> int:
     from orchlib.cards import CardError, save_card
     from orchlib.cli import UsageError
+    from orchlib.commands._output import writable_folder
 
     out = Path(args.out)
     try:
@@ -176,12 +177,21 @@ def run_import(args: argparse.Namespace) -> int:
     except Exception as e:  # the MCP server failed (ToolError): not bad input, a failed run
         print(f"orchlib cards import: {e}", file=sys.stderr)
         return 1
+    writable_folder(out, "--out")  # under a file, in /proc, read-only: said before any card is written
     targets = [out / f"{c.name}.yaml" for c in cards]
     existing = [str(t) for t in targets if t.exists()]
     if existing and not args.force:
         raise UsageError(f"{len(existing)} card file(s) exist, e.g. {existing[0]} (--force overwrites)")
-    for card, target in zip(cards, targets):
-        save_card(card, target)
+    written: list[Path] = []
+    try:
+        for card, target in zip(cards, targets):
+            save_card(card, target)
+            written.append(target)
+    except OSError as e:  # a full disk midway: take back the new files, so no half import is left
+        for target in written:
+            if str(target) not in existing:
+                target.unlink(missing_ok=True)
+        raise UsageError(f"--out {out}: cannot write {e.filename or target.name} ({e.strerror or e})") from None
     changes = [f"{c.name}: {note}" for c in cards for note in c.normalized]
     print(f"wrote {len(cards)} card(s) to {out}; {len(changes)} change(s) to names or schemas in "
           f"{sum(bool(c.normalized) for c in cards)} card(s)" + ("" if args.changes or not changes else
@@ -200,22 +210,54 @@ def _split_command(text: str) -> tuple[str, list[str]]:
 
 def _definitions(path: str) -> Iterable[tuple[dict[str, Any], str]]:
     """(definition, where) for each tool definition in a JSON or JSON-lines file."""
-    text = Path(path).read_text(encoding="utf-8")
     try:
-        docs = [(json.loads(text), path)]
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    try:
+        docs = [(_loads(text, path), path)]
     except json.JSONDecodeError as whole:
         docs = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                docs.append((json.loads(line), f"{path}:{n}"))
+                docs.append((_loads(line, path, n), f"{path}:{n}"))
             except json.JSONDecodeError as e:
                 if n == 1:  # neither one JSON document nor JSON lines: say where the document broke
                     raise ValueError(f"{path}:{whole.lineno}: not JSON: {whole.msg}") from None
                 raise ValueError(f"{path}:{n}: not JSON: {e.msg} (column {e.colno})") from None
     for doc, where in docs:
-        yield from _unpack(doc, where)
+        try:
+            found = list(_unpack(doc, where))
+        except RecursionError:
+            raise ValueError(f"{where}: lists nested too deeply") from None
+        yield from found
+
+
+# Past this depth a tool definition is not a schema a model is shown; json and the schema walk would
+# otherwise stop at Python's recursion limit with no place named.
+_MAX_DEPTH = 100
+
+
+def _loads(text: str, path: str, lineno: int | None = None) -> Any:
+    """json.loads, refusing nesting deeper than _MAX_DEPTH with the line where it went past (`lineno`:
+    the line `text` is, in a JSON-lines file)."""
+    depth, line, in_string, escaped = 0, 1, False, False
+    for ch in text:
+        if ch == "\n":
+            line += 1
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > _MAX_DEPTH:
+                raise ValueError(f"{path}:{lineno or line}: nested more than {_MAX_DEPTH} levels deep")
+        elif ch in "]}":
+            depth -= 1
+    return json.loads(text)
 
 
 def _unpack(doc: Any, where: str) -> Iterable[tuple[dict[str, Any], str]]:

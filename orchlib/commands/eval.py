@@ -110,21 +110,41 @@ def settings(args: argparse.Namespace) -> EvalFileConfig:
         raise UsageError("--policy-endpoint and --model go together")
     if (args.judge_endpoint is None) != (args.judge_model is None):
         raise UsageError("--judge-endpoint and --judge-model go together")
+    if args.policy == "none" and not args.policy_endpoint:
+        raise UsageError("--policy none: no policy left to evaluate; add --policy-endpoint URL --model NAME, or "
+                         "give --policy a model ('tiny', a folder, a checkpoint or a hub id)")
+    policies = [PolicySpec(name="policy", local=args.policy)] if args.policy != "none" else []
+    if args.policy_endpoint:
+        api = _from_flags(lambda: APIPolicyConfig(
+            base_url=args.policy_endpoint, model=args.model, api_key_env=args.api_key_env,
+            price=Price(per_m_input=args.price_in, per_m_output=args.price_out), tool_calling=args.tool_calling,
+            max_in_flight=args.max_in_flight), {"base_url": "--policy-endpoint", "model": "--model",
+                                                "max_in_flight": "--max-in-flight", "per_m_input": "--price-in",
+                                                "per_m_output": "--price-out"})
+        policies.append(_from_flags(lambda: PolicySpec(name=args.model, api=api), {"name": "--model"}))
+    judge = _from_flags(lambda: JudgeConfig(base_url=args.judge_endpoint, model=args.judge_model,
+                                            api_key_env=args.judge_api_key_env),
+                        {"base_url": "--judge-endpoint", "model": "--judge-model"}) if args.judge_endpoint else None
+    return _from_flags(lambda: EvalFileConfig(policies=policies, tasks=args.tasks, suite_seed=args.suite_seed,
+                                              cards=args.cards, reward=args.reward, baselines=args.baselines,
+                                              tool_schema=args.tool_schema, judge=judge, out=args.out),
+                       {"policies": "--policy", "out": "--out", "tasks": "--tasks", "cards": "--cards"})
+
+
+def _from_flags(build: Any, flags: dict[str, str]) -> Any:
+    """`build()`, with a pydantic error turned into one line naming the flag that gave the field."""
+    from pydantic import ValidationError
+
+    from orchlib.cli import UsageError
+
     try:
-        policies = [PolicySpec(name="policy", local=args.policy)] if args.policy != "none" else []
-        if args.policy_endpoint:
-            api = APIPolicyConfig(base_url=args.policy_endpoint, model=args.model, api_key_env=args.api_key_env,
-                                  price=Price(per_m_input=args.price_in, per_m_output=args.price_out),
-                                  tool_calling=args.tool_calling, max_in_flight=args.max_in_flight)
-            policies.append(PolicySpec(name=args.model, api=api))
-        judge = (JudgeConfig(base_url=args.judge_endpoint, model=args.judge_model, api_key_env=args.judge_api_key_env)
-                 if args.judge_endpoint else None)
-        return EvalFileConfig(policies=policies, tasks=args.tasks, suite_seed=args.suite_seed, cards=args.cards,
-                              reward=args.reward, baselines=args.baselines, tool_schema=args.tool_schema,
-                              judge=judge, out=args.out)
-    except ValueError as e:  # pydantic's ValidationError is one
-        errs = getattr(e, "errors", lambda: [])()
-        raise UsageError(errs[0]["msg"].removeprefix("Value error, ") if errs else str(e)) from None
+        return build()
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        where = flags.get(field) or (f"--{field.replace('_', '-')}" if field else "")
+        msg = err["msg"].removeprefix("Value error, ")
+        raise UsageError(f"{where}: {msg}" if where else msg) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,10 +167,11 @@ def run(args: argparse.Namespace) -> int:
             tasks = make_suite(cfg.suite_seed).test
         toolbox, reward = Toolbox.load(cfg.cards), Reward.load(cfg.reward)
         policies = {p.name: _policy(p) for p in cfg.policies}
+        judge = _judge(cfg.judge, cfg.out)  # reads its cache file: a corrupt one is bad input, named here
     except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError, ValueError) as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(_one_line(e)) from None
     config = EVAL_ROLLOUT.model_copy(update={"tool_schema": cfg.tool_schema})
-    with _judging(cfg.judge, cfg.out) as judge:
+    with _judging(judge):
         reports = {name: evaluate(engine, tasks, toolbox, reward, config, name=name)
                    for name, engine in policies.items()}
         if cfg.baselines:
@@ -176,6 +197,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line(e: Exception) -> str:
+    """A pydantic error (several lines) as `field: problem`; any other error as its message."""
+    errors = getattr(e, "errors", None)
+    if callable(errors) and errors():
+        err = errors()[0]
+        return f"{'.'.join(map(str, err['loc']))}: {err['msg'].removeprefix('Value error, ')}"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def _policy(spec: PolicySpec) -> Any:
     """The engine of one row: a TransformersEngine over the local model, or an OpenAIPolicy."""
     if spec.api is not None:
@@ -193,16 +223,24 @@ def _policy(spec: PolicySpec) -> Any:
     return TransformersEngine(model, tok)
 
 
-@contextlib.contextmanager
-def _judging(config: JudgeConfig | None, out: str) -> Iterator[Any]:
+def _judge(config: JudgeConfig | None, out: str) -> Any:
     """The judge of checker 'judge' for the run, its grades cached beside the results by default."""
     if config is None:
-        yield None
-        return
-    from orchlib.judge import Judge, use_judge
+        return None
+    from orchlib.judge import Judge
 
     if config.cache is None:
         config = config.model_copy(update={"cache": str(Path(out) / "judge_cache.json")})
-    judge = Judge(config)
+    return Judge(config)
+
+
+@contextlib.contextmanager
+def _judging(judge: Any) -> Iterator[None]:
+    """`judge` grades checker 'judge' while the policies run."""
+    if judge is None:
+        yield
+        return
+    from orchlib.judge import use_judge
+
     with use_judge(judge):
-        yield judge
+        yield

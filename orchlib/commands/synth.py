@@ -28,6 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
+# SynthConfig's fields as the flags that set them, so an error names what the user typed
+_FLAGS = {"llm.base_url": "--base-url", "llm.model": "--model", "llm.max_tokens": "--max-tokens",
+          "llm.api_key_env": "--api-key-env", "n_tools": "--n-tools", "n_tasks": "--n-tasks", "package": "--package",
+          "domain": "--domain", "price.per_m_input": "--price-in", "price.per_m_output": "--price-out"}
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -36,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.cli import UsageError
     from orchlib.commands._output import writable_folder
     from orchlib.synth import SynthConfig, SynthError, synthesize
+    from orchlib.synth.llm import SynthCacheError
 
     try:
         config = SynthConfig(domain=args.domain, package=args.package, n_tools=args.n_tools, n_tasks=args.n_tasks,
@@ -45,10 +52,13 @@ def run(args: argparse.Namespace) -> int:
                                   "max_tokens": args.max_tokens})
     except ValidationError as e:
         err = e.errors()[0]
-        raise UsageError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        field = ".".join(map(str, err["loc"]))
+        raise UsageError(f"{_FLAGS.get(field, field)}: {err['msg'].removeprefix('Value error, ')}") from None
     out = writable_folder(args.out, "--out")
     try:
         path, report = synthesize(config, out, cache=args.cache, progress=not args.no_progress)
+    except SynthCacheError as e:  # a file of the user's, not the writer model's failure
+        raise UsageError(str(e)) from None
     except SynthError as e:
         print(f"orchlib synth: {e}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.reward import RewardFileError
     from orchlib.shipped import shipped_path
     from orchlib.tasks import TaskFileError
+    from orchlib.train.checkpoint import CheckpointError
     from orchlib.train.run import RunConfig, run_training
 
     try:
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigFileError as e:
         raise UsageError(str(e)) from None
     if args.steps is not None:
+        if args.steps < 0:  # model_copy does not validate: say it here, as the file's own `steps` would
+            raise UsageError(f"--steps: {args.steps} is negative; give the number of GRPO steps (0 or more)")
         cfg = cfg.model_copy(update={"steps": args.steps})
     for field in ("cards", "reward", "tasks"):
         values = getattr(cfg, field)
@@ -44,8 +47,13 @@ def run(args: argparse.Namespace) -> int:
         trainer = run_training(cfg)
     except (PolicyLoadError, CardError, RewardFileError, TaskFileError) as e:  # read before the first step
         raise UsageError(f"{args.config}: {e}") from None
+    except CheckpointError as e:  # the message names the checkpoint's file; the folder is left as it is
+        raise UsageError(f"{e} (not resumed; move the folder away to start again)") from None
     write_text_atomic(out / "history.json", json.dumps(trainer.history, indent=1))  # never half written
-    last = trainer.history[-1] if trainer.history else {}
+    if not trainer.history:
+        print(f"trained 0 steps; nothing to report (steps: {cfg.steps})")
+        return 0
+    last = trainer.history[-1]
     print(f"trained {trainer.step_count} steps; reward {last.get('reward', float('nan')):.3f}, "
           f"accuracy {last.get('accuracy', float('nan')):.2f}; checkpoint in {out / 'checkpoint'}")
     return 0

@@ -37,9 +37,11 @@ from orchlib.demo.config import (CALL_OPENING, DEMO_PROFILES, DEMO_ROLLOUT, DEMO
                                  READING_PAIR, REWARD_FILE, DemoConfig, DemoResult)
 from orchlib.demo.html import report_html
 from orchlib.demo.report import SHARED, summarize_demo, table_text
-from orchlib.evaluate import anchored_reward, choice_gap, reference_runs, under_profiles
+from orchlib.envs.choice import counterbalanced
+from orchlib.envs.choice import offer_choice as _retool
+from orchlib.evaluate import anchored_reward, choice_gap, reference_runs
 from orchlib.rollout import RolloutConfig
-from orchlib.tasks import PROFILES, Golden, Task
+from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall, write_jsonl
 
 __all__ = ["demo_suite", "run_demo", "format_checks", "gate_with_margin", "reading_drills", "reading_toolbox",
@@ -57,14 +59,6 @@ def demo_suite(seed: int, n_train: int, n_test: int):
                        profiles=DEMO_PROFILES)
     cards = [c.model_copy(update={"final": True}) for c in suite.cards if c.name in DEMO_TOOL_NAMES]
     return [_retool(t) for t in suite.train], [_retool(t) for t in suite.test], Toolbox.from_cards(cards)
-
-
-def _retool(t: Task) -> Task:
-    """A suite task with the demo's tools for its category, each one a golden alternative."""
-    options = [[c for c in (t.golden.calls if t.golden else []) if c.name == "calculator"]]
-    options = [o for o in options if o] + [[ToolCall(name=n)] for n in DEMO_TOOLS[t.category] if n != "calculator"]
-    golden = Golden(calls=options[0], alternatives=options[1:], answer=t.answer)
-    return t.model_copy(update={"tools": DEMO_TOOLS[t.category], "golden": golden})
 
 
 def copy_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
@@ -241,28 +235,6 @@ def calculator_only(tasks: list[Task]) -> list[Task]:
     """`tasks` with the calculator as arithmetic's only golden tool (`DemoConfig.warm_calculator`)."""
     return [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
             if t.category == "arithmetic" else t for t in tasks]
-
-
-def counterbalanced(tasks: list[Task], seed: int) -> list[Task]:
-    """`tasks` with each GSM8K question twice, once under each profile, the two profiles' golden tools
-    opposite, and which profile gets which drawn so that each way holds half the questions.
-
-    The warm start then learns that the choice depends on P, and not which way: over the questions
-    each profile calls each tool half the time. Written both ways under one P, the choice ends P-blind
-    to the last digit, and GRPO's push apart grows from that: whether it shows within the run's steps
-    turned on rounding (docs/notes/)."""
-    rng = random.Random(f"counterbalanced:{seed}")
-    gsm = [t for t in tasks if t.category == "gsm8k" and t.golden is not None and t.golden.alternatives]
-    ways = [i % 2 for i in range(len(gsm))]
-    rng.shuffle(ways)
-    chosen = {t.id for t in gsm}
-    out = [t for t in tasks if t.id not in chosen]
-    for t, way in zip(gsm, ways):
-        first, second = [t.golden.calls, *t.golden.alternatives]  # the demo's two GSM8K tools
-        for profile, calls in zip(DEMO_PROFILES, (second, first) if way else (first, second)):
-            out.append(t.model_copy(update={"id": f"{t.id}@{profile}", "preference": PROFILES[profile],
-                                            "golden": Golden(calls=calls, answer=t.answer)}))
-    return out
 
 
 def choice_categories(tasks: list[Task]) -> set[str]:

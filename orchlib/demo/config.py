@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.envs.choice import CHOICE_TOOLS
 from orchlib.chat import CALL_OPENING  # noqa: F401  (re-exported: the demo's probes use it)
 from orchlib.rollout import RolloutConfig
 from orchlib.shipped import shipped_dir
@@ -19,8 +20,7 @@ __all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "DEMO_TOOL_NAMES", "DEMO_PR
 # Two per category, one cheap and one dear, so P decides: the free calculator (exact when the policy
 # copies the expression exactly) or the dear generalist (97 %); Mixtral's real answers (64 %, cheap) or
 # the dear generalist (95 %).
-DEMO_TOOLS: dict[str, list[str]] = {"arithmetic": ["calculator", "generalist"],
-                                    "gsm8k": ["mixtral", "generalist"]}
+DEMO_TOOLS: dict[str, list[str]] = CHOICE_TOOLS
 DEMO_TOOL_NAMES = tuple(sorted({t for tools in DEMO_TOOLS.values() for t in tools}))
 DEMO_PROFILES = ("accuracy", "thrifty")
 EXPENSIVE = "generalist"

@@ -40,14 +40,14 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchlib.cards import Price, ToolCard, load_card
 from orchlib.chat import (TOOL_RESPONSE, TOOL_RESPONSE_END, TOOLS_HEADER, ToolCallParseError, parse_tool_calls,
                           render_assistant)
 from orchlib.toolnames import ToolNames
 from orchlib.tools.base import ToolError, approx_tokens
-from orchlib.tools.llm import LLMSettings, chat_body, post_chat
+from orchlib.tools.llm import LLMSettings, chat_body, http_url, post_chat, usage_counts
 from orchlib.trajectory import Observation, ToolCall
 
 __all__ = ["APIPolicyConfig", "OpenAIPolicy", "ChatReply", "PolicyCall", "Lanes"]
@@ -82,6 +82,11 @@ class APIPolicyConfig(BaseModel):
     backoff_s: float | None = Field(None, ge=0, description="first retry waits this, then doubling; default 1 s")
     max_backoff_s: float | None = Field(None, ge=0, description="cap on one wait; default 30 s")
     extra_body: dict[str, Any] | None = Field(None, description="more request fields (e.g. reasoning_effort)")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_only(cls, v: str | None) -> str | None:
+        return v if v is None else http_url(v)  # before a run, not after minutes of failed requests
 
     @model_validator(mode="after")
     def _card_or_endpoint(self) -> APIPolicyConfig:
@@ -194,22 +199,25 @@ class OpenAIPolicy:
                 async with session.lane() as client:
                     response = await post_chat(self.settings, body, client)
             data = _json(response, self.settings.model)
+            reply = self._read(data, messages, names)  # a malformed reply raises ToolError too
         except ToolError as e:
             seconds = time.perf_counter() - t0
             # The time spent is the turn's generation time; the observation adds none of its own.
             return ChatReply(text="", seconds=seconds, error=Observation(
                 content=f"error: {e}", error=str(e), error_kind=e.kind))  # type: ignore[arg-type]
-        seconds = time.perf_counter() - t0
-        reply = self._read(data, messages, names)
-        reply.seconds = seconds
+        reply.seconds = time.perf_counter() - t0
         reply.cost_usd = self.price.cost(reply.tokens_in, reply.tokens_out)
         return reply
 
     def _read(self, data: dict[str, Any], messages: list[dict[str, Any]], names: ToolNames | None = None) -> ChatReply:
+        model = self.settings.model
         choice = data["choices"][0]
         msg = choice.get("message") or {}
-        content = _text(msg.get("content"))
+        content = _text(msg.get("content"), model)
         raw_calls = msg.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise ToolError(f"{model}: unexpected response: choices[0].message.tool_calls is "
+                            f"{type(raw_calls).__name__} {str(raw_calls)[:40]!r}, not a list")
         if raw_calls:
             calls = [_native_call(tc) for tc in raw_calls]
             for c in calls:
@@ -229,11 +237,15 @@ class OpenAIPolicy:
                 outside, calls = content, [PolicyCall(None, str(e))]
             reply = ChatReply(text=content, content=outside, calls=calls,
                               message={"role": "assistant", "content": content})
-        reply.finish_reason = str(choice.get("finish_reason") or "")
-        usage = data.get("usage") or {}
-        # Without `usage` (some local servers) the counts are estimated, so the turn is still priced.
-        reply.tokens_in = int(usage.get("prompt_tokens") or approx_tokens(json.dumps(messages)))
-        reply.tokens_out = int(usage.get("completion_tokens") or approx_tokens(content + json.dumps(raw_calls)))
+        reply.finish_reason = str(choice.get("finish_reason") or "")[:40]
+        # Without `usage` (some local servers) the counts are estimated, so the turn is still priced; a
+        # malformed one (negative, NaN, 1e30, a string) is the turn's error, never a bill.
+        try:
+            counts = usage_counts(data.get("usage"), approx_tokens(json.dumps(messages)),
+                                  approx_tokens(content + json.dumps(raw_calls, default=str)))
+        except ToolError as e:
+            raise ToolError(f"{model}: {e}") from None
+        reply.tokens_in, reply.tokens_out = counts.tokens_in, counts.tokens_out
         return reply
 
 
@@ -288,18 +300,28 @@ def _card_settings(card: ToolCard, request: dict[str, Any]) -> LLMSettings:
 def _json(response: httpx.Response, model: str) -> dict[str, Any]:
     try:
         data = response.json()
+        if not isinstance(data, dict) or not isinstance(data["choices"], list):
+            raise TypeError("not an object with a list of choices")
+        if not isinstance(data["choices"][0], dict):
+            raise TypeError("choices[0] is not an object")
         if not isinstance(data["choices"][0].get("message") or {}, dict):
             raise TypeError("choices[0].message is not an object")
         return data
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as e:
-        raise ToolError(f"{model}: unexpected response ({type(e).__name__}): {response.text[:300]}") from None
+    except (ValueError, RecursionError, KeyError, IndexError, TypeError, AttributeError) as e:
+        # ValueError: not JSON, or not UTF-8 (json.JSONDecodeError and UnicodeDecodeError are ValueErrors)
+        raise ToolError(f"{model}: unexpected response ({type(e).__name__}: {str(e)[:100]}): "
+                        f"{response.text[:300]}") from None
 
 
-def _text(content: Any) -> str:
+def _text(content: Any, model: str) -> str:
     """A message's content: a string, or a list of parts whose text parts are joined (some servers)."""
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return "" if content is None else str(content)
+        return "".join(p["text"] for p in content
+                       if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
+    raise ToolError(f"{model}: unexpected response: choices[0].message.content is {type(content).__name__} "
+                    f"{str(content)[:40]!r}, not text")
 
 
 def _native_call(tc: Any) -> PolicyCall:

@@ -8,9 +8,15 @@ Its ids are the tokenizer's encoding of that text plus the stop id, so everythin
 masks, observation and user segments, accounting) runs exactly as with a real model. Log-probs are a
 constant placeholder: these ids were not sampled.
 
+Scripts are keyed by task id. `orchlib.rollout` tells the engine which task and group index each
+new episode is (`start_rollout`), so tasks whose prompts are the same words (recorded conversations
+that open alike) each get their own script; an engine used outside a rollout finds a new episode's
+task by its opening words, which then must tell the tasks apart.
+
 The engine follows each episode by its ids (a prompt that extends a sequence it wrote is that
 episode's next turn), so it never decodes a whole conversation per turn: a new episode's prompt is
-decoded once to find its task, and a function script reads text decoded piece by piece. A script
+decoded at most once (to find its task by its words, or for a function script), and a function
+script reads text decoded piece by piece. A script
 that runs out raises `ScriptExhausted` (`on_end="repeat"` repeats its last turn instead, as a policy
 stuck in a loop would).
 """
@@ -56,7 +62,9 @@ class ScriptedEngine:
         self.calls: list[int] = []  # batch size of each generate call, for tests
         self._eos = tokenizer.convert_tokens_to_ids(IM_END)
         self._shared: Script | None = None
-        self._by_prompt: dict[str, tuple[str, list[Script]]] = {}
+        self._by_task: dict[str, list[Script]] = {}
+        self._by_prompt: dict[str, list[str]] = {}  # opening words → the tasks that open with them, in order
+        self._coming: list[tuple[str, int]] | None = None  # (task id, group index) of the next new episodes
         if isinstance(turns, Mapping):
             if tasks is None:
                 raise ValueError("scripts per task need tasks=[...] (their prompts say which task an episode is)")
@@ -82,6 +90,8 @@ class ScriptedEngine:
         by_task: dict[str, dict[int, list[str]]] = {}
         prompts: dict[str, str] = {}
         for t in trajectories:
+            if t.group_index in by_task.get(t.task_id, {}):
+                raise ValueError(f"task {t.task_id}: two trajectories of group index {t.group_index}")
             by_task.setdefault(t.task_id, {})[t.group_index] = [turn.text for turn in t.turns]
             prompts[t.task_id] = t.prompt
         for task_id, groups in by_task.items():
@@ -94,11 +104,13 @@ class ScriptedEngine:
     def _add(self, prompt: str, task_id: str, script: Any) -> None:
         per_episode = (not callable(script) and len(script) > 0
                        and all(not isinstance(s, str) for s in script))
-        scripts = list(script) if per_episode else [script]
-        if prompt in self._by_prompt and self._by_prompt[prompt][1] != scripts:
-            raise ValueError(f"tasks {self._by_prompt[prompt][0]} and {task_id} have the same prompt and "
-                             "different scripts: an episode could not tell which is its own")
-        self._by_prompt[prompt] = (task_id, scripts)
+        self._by_task[task_id] = list(script) if per_episode else [script]
+        self._by_prompt.setdefault(prompt, []).append(task_id)
+
+    def start_rollout(self, episodes: Sequence[tuple[str, int]]) -> None:
+        """Called by `orchlib.rollout` before its first generate call: the (task id, group index) of each
+        episode it starts, in the order of that call's prompts."""
+        self._coming = [(str(task_id), int(g)) for task_id, g in episodes]
 
     # ------------------------------------------------------------------ following episodes by their ids
     def _find(self, prompt: Sequence[int]) -> tuple[_Episode, int] | None:
@@ -117,9 +129,13 @@ class ScriptedEngine:
                             return waiting.pop(k)[2], length
         return None
 
-    def _new(self, prompt: Sequence[int]) -> _Episode:
+    def _new(self, prompt: Sequence[int], known: tuple[str, int] | None = None) -> _Episode:
+        """A new episode: of the task and group index the rollout said (`known`), else found by its words."""
         if self._shared is not None and not callable(self._shared):  # nothing to read
             return _Episode(self._shared, "every episode")
+        if known is not None and self._shared is None and known[0] in self._by_task:
+            return self._episode(known[0], known[1], prompt)
+        # a task without a script of its own takes the script of the task that opens with its words
         # a list or tuple as it is (the prompt is thousands of ids; a tokenizer takes either)
         text = self.tokenizer.decode(prompt if isinstance(prompt, (list, tuple)) else list(prompt),
                                      skip_special_tokens=False)
@@ -131,14 +147,23 @@ class ScriptedEngine:
         found = [p for p in self._by_prompt if said == p or said.startswith(p + "\n\n")]
         if not found:
             raise ScriptExhausted(f"no script for an episode whose task says {said[:80]!r}")
-        task_id, scripts = self._by_prompt[max(found, key=len)]
-        g = self._started.get(task_id, 0)
-        self._started[task_id] = g + 1
+        tasks = self._by_prompt[max(found, key=len)]
+        if len(tasks) > 1 and any(self._by_task[t] != self._by_task[tasks[0]] for t in tasks):
+            raise ScriptExhausted(f"tasks {tasks} open with the same words and have different scripts: run them "
+                                  "through orchlib.rollout, which tells the engine each episode's task")
+        g = self._started.get(tasks[0], 0)
+        self._started[tasks[0]] = g + 1
+        return self._episode(tasks[0], g, prompt, text)
+
+    def _episode(self, task_id: str, g: int, prompt: Sequence[int], text: str | None = None) -> _Episode:
+        scripts = self._by_task[task_id]
         if g >= len(scripts) and len(scripts) > 1:
             raise ScriptExhausted(f"task {task_id}: {len(scripts)} scripts, for episodes 0..{len(scripts) - 1}; "
                                   f"episode {g} was started")
-        return _Episode(scripts[min(g, len(scripts) - 1)], f"task {task_id}" + (f" episode {g}" if len(scripts) > 1
-                                                                                  else ""), text=text)
+        script = scripts[min(g, len(scripts) - 1)]
+        if text is None and callable(script):  # a function script reads the conversation
+            text = self.tokenizer.decode(list(prompt), skip_special_tokens=False)
+        return _Episode(script, f"task {task_id}" + (f" episode {g}" if len(scripts) > 1 else ""), text=text or "")
 
     def _next_text(self, ep: _Episode) -> str:
         script, turn = ep.script, ep.turn
@@ -156,15 +181,19 @@ class ScriptedEngine:
         t0 = time.perf_counter()
         self.calls.append(len(prompts))
         found = [self._find(p) for p in prompts]
+        coming: list[tuple[str, int]] | list[None] = [None] * len(prompts)
         if all(f is None for f in found):  # a new rollout: forget the last one's episodes
             self._live.clear()
             self._started.clear()
+            if self._coming is not None and len(self._coming) == len(prompts):
+                coming = self._coming
+            self._coming = None
         outs = []
-        for p, hit in zip(prompts, found):
+        for p, hit, known in zip(prompts, found, coming):
             p = p if type(p) is tuple else tuple(p)  # the one copy of the prompt: decoded, then filed below
             # (the caller extends its own list afterwards)
             if hit is None:
-                ep = self._new(p)
+                ep = self._new(p, known)
             else:
                 ep, length = hit
                 if callable(ep.script):  # only the new pieces are decoded

@@ -15,15 +15,37 @@ A database is a pydantic model (subclass `Database`), a dataclass, or plain JSON
 lists, strings, numbers); tools are typed, documented functions whose `env` (or `State`-annotated)
 parameter receives the episode's copy and changes it in place. Keep money in integer cents where you
 can: the hash is over canonical JSON, so equal states hash equal on any machine.
+
+Tools that come from elsewhere come as they are: a pair `(schema, callable)`, the schema an OpenAI
+function definition or an MCP Tool, the callable any name, with `state="data"` naming the parameter
+that receives the database (a benchmark's `invoke(data, **kwargs)`, each tool's name read from its
+schema):
+
+    DBDomain("retail", initial=lambda task: load_db(), tools=[(schema, Tool.invoke) for ...],
+             state="data", copy="fresh")
+
+Each episode gets its own state. `copy="snapshot"` (the default) keeps the initial state's JSON once
+and loads it per episode (json.loads of plain JSON values, `model_validate_json` of a `Database`),
+several times cheaper than a deep copy of a large database; a state JSON cannot carry exactly (a
+tuple, a dataclass, an integer key) is deep-copied instead. `copy="fresh"`: `initial(task)` already
+builds a new state per call (it loads a file), so nothing is copied; `copy="deepcopy"`: always a
+deep copy. What the agent told the user is checked against the required facts by `answer_rule`
+(default `mentions_number`: whole-token mentions after dropping thousands separators, so "$23,553"
+holds "23553"). Golden replays are remembered by what they depend on (the golden calls and the
+initial state), so k trials of a task, under any ids, replay its golden calls once.
 """
 
 from __future__ import annotations
 
-import copy
+import copy as copying
 import dataclasses
 import hashlib
+import inspect
 import json
-from typing import Any, Callable, Iterable, Sequence
+import re
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,7 +55,8 @@ from orchlib.tasks import Task, mentions
 from orchlib.tools import FunctionTool, Toolbox, ToolContext, run_sync
 from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["Database", "state_hash", "canonical_json", "DBDomain", "said_to_user", "ENDED_ON_ITS_OWN"]
+__all__ = ["Database", "state_hash", "canonical_json", "DBDomain", "said_to_user", "ENDED_ON_ITS_OWN",
+           "mentions_number", "without_thousands_separators"]
 
 # How an episode may end and still be scored (the rest — max_turns, token_budget, length — score 0).
 ENDED_ON_ITS_OWN: frozenset[str] = frozenset({"answer", "final_tool", "user_stop"})
@@ -75,30 +98,97 @@ def said_to_user(trajectory: Trajectory) -> str:
     return "\n".join(p for p in parts if p)
 
 
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def without_thousands_separators(text: str) -> str:
+    """"$23,553" → "$23553", "1,234,567" → "1234567"; commas elsewhere ("a, b", "1,5") stay."""
+    return _THOUSANDS.sub("", text)
+
+
+def mentions_number(said: str, fact: str) -> bool:
+    """The default answer rule: `fact` is said as whole tokens (orchlib.tasks.mentions), numbers read
+    without thousands separators on both sides, as τ-bench's own output check reads them."""
+    return mentions(without_thousands_separators(said), without_thousands_separators(str(fact)))
+
+
+@dataclasses.dataclass
+class _Start:
+    """An initial state as episodes start from it: the object, its JSON snapshot and how a copy is made."""
+
+    state: Any
+    digest: str                  # SHA-256 of the canonical JSON: what the golden replay depends on
+    load: Callable[[], Any]      # a new copy of the state for one episode
+
+
 class DBDomain:
     """A database domain: the initial state per task, the tools over it, golden replay and the
-    τ²-style checker. `initial(task)` may return a shared object: `make_env` hands out deep copies."""
+    τ²-style checker. `initial(task)` may return a shared object: `make_env` hands out copies (see
+    `copy` in the module's docstring).
 
-    def __init__(self, name: str, initial: Callable[[Task], Any], tools: Sequence[Callable[..., Any]], *,
-                 write_tools: Iterable[str] = (), tags: Sequence[str] = ()):
-        self.name, self._initial = name, initial
-        self.functions: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in tools}
-        if len(self.functions) != len(tools):
-            raise ValueError(f"{name}: two tools with the same name")
+    `tools`: typed, documented functions (their cards derived from them), or `(schema, callable)`
+    pairs (an OpenAI function definition or an MCP Tool, and what runs it). `state`: the parameter
+    that receives the episode's state, for every tool that has it (default: a function's `State`-
+    annotated parameter, else `env`). `answer_rule(said, fact) -> bool`: whether a required fact was
+    told to the user."""
+
+    def __init__(self, name: str, initial: Callable[[Task], Any],
+                 tools: Sequence[Callable[..., Any] | tuple[Mapping[str, Any], Callable[..., Any]]], *,
+                 write_tools: Iterable[str] = (), tags: Sequence[str] = (), state: str | None = None,
+                 copy: Literal["snapshot", "deepcopy", "fresh"] = "snapshot",
+                 answer_rule: Callable[[str, str], bool] = mentions_number):
+        if copy not in ("snapshot", "deepcopy", "fresh"):
+            raise ValueError(f'{name}: copy must be "snapshot", "deepcopy" or "fresh", not {copy!r}')
+        self.name, self._initial, self.copy, self.answer_rule = name, initial, copy, answer_rule
+        self.tags = list(tags) or [name, "local", "free"]
+        self._cards: dict[str, ToolCard] = {}
+        self.functions: dict[str, Callable[..., Any]] = {}
+        for i, tool in enumerate(tools):
+            card, fn = self._card(tool, state, i)
+            if card.name in self.functions:
+                raise ValueError(f"{name}: two tools with the same name {card.name!r}")
+            self._cards[card.name], self.functions[card.name] = card, fn
         unknown = set(write_tools) - set(self.functions)
         if unknown:
             raise ValueError(f"{name}: write_tools {sorted(unknown)} are not tools of the domain")
         self.write_tools = frozenset(write_tools)
-        self.tags = list(tags) or [name, "local", "free"]
         self._toolbox: Toolbox | None = None
-        self._golden: dict[str, str] = {}
+        self._golden: dict[tuple[str, str], str] = {}
+        # initial state object → its start; held so its id is not reused, bounded for `initial`s that
+        # build a new object per call
+        self._starts: OrderedDict[int, _Start] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _card(self, tool: Any, state: str | None, i: int) -> tuple[ToolCard, Callable[..., Any]]:
+        if isinstance(tool, tuple):
+            if len(tool) != 2 or not isinstance(tool[0], Mapping) or not callable(tool[1]):
+                raise TypeError(f"{self.name}: tools[{i}] must be a function or a (schema, callable) pair")
+            schema, fn = tool
+            params = inspect.signature(fn).parameters
+            takes_state = state if state is not None and state in params else None
+            backend = {"state": takes_state} if takes_state else {}
+            if "inputSchema" in schema or "input_schema" in schema:
+                card = ToolCard.from_mcp(dict(schema), backend=backend, tags=self.tags)
+            else:
+                card = ToolCard.from_openai(dict(schema), backend=backend, tags=self.tags)
+            return card, fn
+        if not callable(tool):
+            raise TypeError(f"{self.name}: tools[{i}] must be a function or a (schema, callable) pair, not "
+                            f"{type(tool).__name__}")
+        params = inspect.signature(tool).parameters
+        takes_state = state if state is not None and state in params else None
+        card = ToolCard.from_function(tool, state=takes_state, tags=self.tags)
+        if takes_state:
+            card = card.model_copy(update={"backend": {**card.backend, "state": takes_state}})
+        return card, tool
 
     def __repr__(self) -> str:
         return f"DBDomain({self.name!r}, {len(self.functions)} tools)"
 
     def cards(self) -> list[ToolCard]:
-        """The tools' cards, derived from the typed, documented functions (never written twice)."""
-        return [ToolCard.from_function(fn, tags=self.tags) for _, fn in sorted(self.functions.items())]
+        """The tools' cards: derived from the typed, documented functions (never written twice), or
+        imported from the schemas the tools came with."""
+        return [self._cards[name] for name in sorted(self._cards)]
 
     @property
     def toolbox(self) -> Toolbox:
@@ -106,15 +196,37 @@ class DBDomain:
             self._toolbox = Toolbox(FunctionTool(card, fn=self.functions[card.name]) for card in self.cards())
         return self._toolbox
 
+    # ------------------------------------------------------------------------------------- states
+    def _start(self, task: Task) -> _Start:
+        """The start of `task`'s episodes: remembered per initial object (snapshot, deepcopy), or
+        made from a new object each time (fresh)."""
+        state = self._initial(task)
+        if self.copy == "fresh":
+            return _Start(state, "", lambda: state)
+        with self._lock:
+            found = self._starts.get(id(state))
+            if found is not None and found.state is state:
+                self._starts.move_to_end(id(state))
+                return found
+        start = _snapshot(state) if self.copy == "snapshot" else _Start(
+            state, "", lambda: copying.deepcopy(state))
+        with self._lock:
+            self._starts[id(state)] = start
+            while len(self._starts) > 64:
+                self._starts.popitem(last=False)
+        return start
+
     def make_env(self, task: Task) -> Any:
-        """Task.env factory: a fresh copy of the task's initial database for one episode."""
-        return copy.deepcopy(self._initial(task))
+        """Task.env factory: the task's initial database, for one episode (a copy of a shared one)."""
+        return self._start(task).load()
 
     def replay(self, task: Task, calls: Sequence[ToolCall] | None = None) -> Any:
         """A fresh database after running `calls` (default: the task's golden calls) in order through
         the domain's tools (argument checks included). A call that fails raises ValueError naming it:
         golden calls must be valid, and a test that perturbs them wants to know."""
-        env = self.make_env(task)
+        return self._replay(task, self.make_env(task), calls)
+
+    def _replay(self, task: Task, env: Any, calls: Sequence[ToolCall] | None) -> Any:
         if calls is None:
             calls = task.golden.calls if task.golden else []
         ctx = ToolContext(task_id=task.id, prompt=task.prompt, category=task.category, env=env)
@@ -131,28 +243,70 @@ class DBDomain:
         return env
 
     def golden_hash(self, task: Task) -> str:
-        """State hash after the golden calls (remembered per task id, golden calls and meta)."""
-        key = json.dumps([task.id, task.golden.model_dump(mode="json") if task.golden else None, task.meta],
-                         sort_keys=True, default=str)
+        """State hash after the golden calls, remembered by what it depends on: the golden calls and the
+        initial state (not the task's id, so trials of a task replay it once)."""
+        return self._golden_hash(task, self._start(task))
+
+    def _golden_hash(self, task: Task, start: _Start) -> str:
+        initial = start.digest or state_hash(start.state)  # fresh: the new object is the initial state
+        calls = json.dumps([c.model_dump(mode="json") for c in task.golden.calls] if task.golden else [],
+                           sort_keys=True, default=str)
+        key = (initial, calls)
         if key not in self._golden:
-            self._golden[key] = state_hash(self.replay(task))
+            self._golden[key] = state_hash(self._replay(task, start.load(), None))
         return self._golden[key]
 
     def check(self, answer: str | None, task: Task, env: Any = None, trajectory: Trajectory | None = None) -> float:
         """Task checker: 1.0 when the episode ended on its own, its database has the golden state hash,
         and the agent said every fact in `task.meta["required"]` (in any turn when the trajectory is
-        given, else in `answer`); else 0.0. `env=None`: no episode database was kept, scored as the
-        untouched initial state."""
+        given, else in `answer`; by `answer_rule`); else 0.0. `env=None`: no episode database was
+        kept, scored as the untouched initial state."""
         if trajectory is not None and trajectory.finish_reason not in ENDED_ON_ITS_OWN:
             return 0.0
         said = said_to_user(trajectory) if trajectory is not None else answer
         if said is None:
             return 0.0
-        state = env if env is not None else self.make_env(task)
-        initial_type = type(self._initial(task))
+        start = self._start(task)
+        state = env if env is not None else start.state if self.copy == "fresh" else start.load()
+        initial_type = type(start.state)
         if not isinstance(state, initial_type):
             raise TypeError(f"task {task.id}: the {self.name} checker needs a {initial_type.__name__}, "
                             f"got {type(state).__name__}")
-        if state_hash(state) != self.golden_hash(task):
+        if state_hash(state) != self._golden_hash(task, start):
             return 0.0
-        return float(all(mentions(said, str(fact)) for fact in task.meta.get("required", [])))
+        return float(all(self.answer_rule(said, str(fact)) for fact in task.meta.get("required", [])))
+
+
+def _snapshot(state: Any) -> _Start:
+    """A start that loads the state's JSON per episode, where JSON gives back exactly the state (checked
+    once here); else one that deep-copies it."""
+    try:
+        text = canonical_json(state)
+    except (TypeError, ValueError):  # not JSON (a set, NaN): copied, and the checker will say it cannot hash it
+        return _Start(state, "", lambda: copying.deepcopy(state))
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if isinstance(state, BaseModel):
+        cls = type(state)
+        native = state.model_dump_json()  # the model's own JSON: its aliases and types load back
+        try:
+            exact = cls.model_validate_json(native) == state
+        except ValueError:
+            exact = False
+        if exact:
+            return _Start(state, digest, lambda: cls.model_validate_json(native))
+    elif isinstance(state, (dict, list)):
+        plain = json.dumps(state, ensure_ascii=False, allow_nan=False)
+        if _same(json.loads(plain), state):
+            return _Start(state, digest, lambda: json.loads(plain))
+    return _Start(state, digest, lambda: copying.deepcopy(state))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and of the same types all the way down (1 == 1.0 == True for ==, not for a tool)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b

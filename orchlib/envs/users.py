@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 from orchlib.cards import Price, load_card
 from orchlib.tasks import STOP_MARKER, Task, UserSpec, resolve
 from orchlib.tools.base import ToolError, approx_tokens
-from orchlib.tools.llm import LLMSettings, chat_body, post_chat
+from orchlib.tools.llm import LLMSettings, chat_body, post_chat, usage_counts
 from orchlib.trajectory import Trajectory, UserTurn
 
 __all__ = ["User", "ScriptedUser", "ReplayedUser", "SimulatedUser", "make_user", "user_view", "END_TOOL"]
@@ -73,25 +73,31 @@ class ScriptedUser:
 
 class ReplayedUser:
     """The user turns of a recorded conversation, in order, with the cost, latency and tokens they
-    were recorded with (a simulated user's bill is reproduced without calling it). Asked past the end
-    of the recording, the user ends the conversation."""
+    were recorded with (a simulated user's bill is reproduced without calling it). A recorded reply
+    holding the stop marker ends the conversation, and is replayed without the marker (as a simulated
+    user's reply is read); so does a turn recorded `done`. Asked past the end of the recording, the
+    user ends the conversation."""
 
     def __init__(self, turns: Sequence[UserTurn | str], stop: str = STOP_MARKER):
+        if not stop:
+            raise ValueError("a replayed user needs a stop marker (an empty one would be in every reply)")
         self.turns = [t if isinstance(t, UserTurn) else UserTurn(text=t) for t in turns]
         self.stop, self.asked = stop, 0
 
     @classmethod
-    def from_trajectory(cls, trajectory: Trajectory) -> ReplayedUser:
+    def from_trajectory(cls, trajectory: Trajectory, stop: str = STOP_MARKER) -> ReplayedUser:
         turns = [t.user for t in trajectory.turns if t.user is not None]
         if not turns:
             raise ValueError(f"trajectory of task {trajectory.task_id} has no user turns to replay")
-        return cls(turns)
+        return cls(turns, stop)
 
     async def reply(self, messages: list[dict[str, Any]]) -> UserTurn:
         i, self.asked = self.asked, self.asked + 1
         if i >= len(self.turns):
             return UserTurn(text=self.stop, done=True, label="replay")
-        return self.turns[i].model_copy(update={"label": "replay"})
+        turn = self.turns[i]
+        text, stopped = _stopped(turn.text, self.stop)
+        return turn.model_copy(update={"label": "replay", "text": text, "done": turn.done or stopped})
 
 
 # The tool a simulated user may call to end the conversation (besides writing the stop marker).
@@ -164,19 +170,31 @@ class SimulatedUser:
         t0 = time.perf_counter()
         response = await post_chat(self.settings, body)  # a failure after its retries raises ToolError
         seconds = time.perf_counter() - t0
+        model = self.settings.model
         try:
             data = response.json()
             msg = data["choices"][0]["message"]
             raw = msg.get("content") or ""
             calls = msg.get("tool_calls") or []
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError) as e:
-            raise ToolError(f"{self.settings.model}: unexpected response ({type(e).__name__}): "
-                            f"{response.text[:300]}") from None
-        usage = data.get("usage") or {}
-        tokens_in = int(usage.get("prompt_tokens") or approx_tokens(json.dumps(sent)))
-        tokens_out = int(usage.get("completion_tokens") or approx_tokens(raw + json.dumps(calls)))
-        text, done = _stopped(str(raw), self.stop)
-        done = done or any(isinstance(c, dict) and (c.get("function") or {}).get("name") == "end_conversation"
+        except (ValueError, RecursionError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise ToolError(f"{model}: unexpected response ({type(e).__name__}): {response.text[:300]}") from None
+        # What the rollout appends as the user's words must be text; anything else is the user's failure
+        # (counted as errors["user_failure"]), never a crash of the rollout.
+        if not isinstance(raw, str):
+            raise ToolError(f"{model}: unexpected response: choices[0].message.content is {type(raw).__name__} "
+                            f"{str(raw)[:40]!r}, not text")
+        if not isinstance(calls, list):
+            raise ToolError(f"{model}: unexpected response: choices[0].message.tool_calls is "
+                            f"{type(calls).__name__} {str(calls)[:40]!r}, not a list")
+        try:  # a malformed usage (negative, NaN, 1e30, a string) is refused, never billed
+            usage = usage_counts(data.get("usage"), approx_tokens(json.dumps(sent)),
+                                 approx_tokens(raw + json.dumps(calls, default=str)))
+        except ToolError as e:
+            raise ToolError(f"{model}: {e}") from None
+        tokens_in, tokens_out = usage.tokens_in, usage.tokens_out
+        text, done = _stopped(raw, self.stop)
+        done = done or any(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                           and c["function"].get("name") == "end_conversation"
                            for c in calls) or self.asked >= self.max_turns
         return UserTurn(text=text, done=done, cost_usd=self.price.cost(tokens_in, tokens_out), latency_s=seconds,
                         tokens_in=tokens_in, tokens_out=tokens_out, label=self.label)

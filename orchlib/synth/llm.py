@@ -19,13 +19,17 @@ from orchlib.atomic import write_text_atomic
 from orchlib.synth.config import SynthConfig
 from orchlib.tools import run_sync
 from orchlib.tools.base import ToolError
-from orchlib.tools.llm import chat_body, post_chat
+from orchlib.tools.llm import MAX_TOKENS_PER_RESPONSE, chat_body, post_chat, usage_counts
 
-__all__ = ["SynthError", "Usage", "StageLLM", "parse_json_reply"]
+__all__ = ["SynthError", "SynthCacheError", "Usage", "StageLLM", "parse_json_reply"]
 
 
 class SynthError(ValueError):
     """A stage that cannot go on (the endpoint failed, a reply the next stage cannot use); one line."""
+
+
+class SynthCacheError(SynthError):
+    """A stage cache file that cannot be read back (bad input, not a failed request); names the file and field."""
 
 
 class Usage(BaseModel):
@@ -61,8 +65,8 @@ class StageLLM:
         sha = hashlib.sha256(json.dumps([self.config.llm.model, messages]).encode()).hexdigest()
         path = self.cache / f"{stage}.json"
         if path.exists():
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            if saved.get("prompt_sha256") == sha:
+            saved = _read_cached(path)
+            if saved["prompt_sha256"] == sha:
                 self.usage.cached += 1
                 self._count(saved["tokens_in"], saved["tokens_out"], this_run=False)
                 return parse_json_reply(saved["reply"], stage)
@@ -70,13 +74,18 @@ class StageLLM:
             response = run_sync(post_chat(self.config.llm, chat_body(self.config.llm, messages)))
             data = response.json()
             text = data["choices"][0]["message"].get("content") or ""
+            if not isinstance(text, str):
+                raise TypeError(f"choices[0].message.content is {type(text).__name__}, not text")
         except ToolError as e:
             raise SynthError(f"stage {stage}: {e}") from None
         except (ValueError, KeyError, IndexError, TypeError) as e:
             raise SynthError(f"stage {stage}: unexpected response ({type(e).__name__}): "
                             f"{response.text[:200]}") from None
-        usage = data.get("usage") or {}
-        tokens_in, tokens_out = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        try:  # a malformed usage (negative, NaN, 1e30, a string) is refused, never put in the report
+            counts = usage_counts(data.get("usage"), 0, 0)
+        except ToolError as e:
+            raise SynthError(f"stage {stage}: {self.config.llm.model}: {e}") from None
+        tokens_in, tokens_out = counts.tokens_in, counts.tokens_out
         self.usage.requests += 1
         self._count(tokens_in, tokens_out, this_run=True)
         value = parse_json_reply(text, stage)  # raises before caching: a rerun asks again
@@ -91,3 +100,23 @@ class StageLLM:
         self.usage.cost_usd += cost
         if this_run:
             self.usage.cost_usd_this_run += cost
+
+
+def _read_cached(path: Path) -> dict[str, Any]:
+    """A stage cache file with its fields checked; SynthCacheError naming the file and field."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise SynthCacheError(f"{path}:{e.lineno}: not a stage cache file ({e.msg}); delete it to ask again") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as e:
+        raise SynthCacheError(f"{path}: not a stage cache file ({type(e).__name__}); delete it to ask again") from None
+    if not isinstance(saved, dict):
+        raise SynthCacheError(f"{path}:1: expected an object (stage, prompt_sha256, reply, tokens_in, tokens_out)")
+    for key, kind in (("prompt_sha256", str), ("reply", str), ("tokens_in", int), ("tokens_out", int)):
+        value = saved.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SynthCacheError(f"{path}: {key}: expected {'text' if kind is str else 'a whole number'}, "
+                                  f"got {str(value)[:40]!r}")
+        if kind is int and not 0 <= value <= MAX_TOKENS_PER_RESPONSE:
+            raise SynthCacheError(f"{path}: {key}: {value} is not a token count (0 to {MAX_TOKENS_PER_RESPONSE:,})")
+    return saved

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from orchlib.synth.config import SynthConfig
 from orchlib.synth.domain import outline_stage, schema_stage
-from orchlib.synth.llm import StageLLM
+from orchlib.synth.llm import StageLLM, SynthError
 from orchlib.synth.report import SynthReport
 from orchlib.synth.tasks import tasks_stage
 from orchlib.synth.tools import tools_stage
@@ -48,6 +48,9 @@ def synthesize(config: SynthConfig, out: str | Path, cache: str | Path | None = 
     tools = tools_stage(llm, config, outline, schema, package, report, progress)
     bar.update()
     tasks = tasks_stage(llm, config, outline, schema, records, tools, package, report, progress)
+    if not tasks:  # a domain without a task trains nothing: say so instead of writing an empty folder
+        examples = "; ".join(report.stages["tasks"].examples.values()) or "the reply held no task"
+        raise SynthError(f"stage tasks: no task was kept: {examples}")
     bar.update()
     bar.close()
     path = write_domain(out, package, name, str(outline.get("description", "")), schema, records, tools, tasks,

@@ -1,8 +1,9 @@
 """Stage 3: the domain's tools, typed Python functions over the database, written by the LLM.
 
-Each tool's code is checked and loaded on its own (`orchlib.synth.code`), then its card is derived
-from the function (`ToolCard.from_function`: the docstring's `Args:` and the type hints; the `env`
-parameter receives the episode's database and is left out of the schema). Refusals: `malformed` (an
+Each tool's code is checked, and run once in the python sandbox, on its own (`orchlib.synth.code`:
+model-written code never runs in the library's process), then its card is derived from the function's
+signature as the syntax tree gives it (`ToolCard.from_function`: the docstring's `Args:` and the type
+hints; the `env` parameter receives the episode's database and is left out of the schema). Refusals: `malformed` (an
 entry without a name or code), `forbidden_code`, `does_not_load` (a syntax error, an error on load, no
 function of that name, no `env` parameter, or a signature no card can describe), `duplicate_name`.
 """

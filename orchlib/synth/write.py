@@ -3,7 +3,7 @@
     <package>/__init__.py      the package (its parent folder goes on sys.path / PYTHONPATH)
     <package>/database.json    the seed database;  schema.json: its JSON Schema
     <package>/tools.py         the kept tool code, as checked
-    <package>/domain.py        DOMAIN (a DBDomain) and the tools, loaded from tools.py after the same checks
+    <package>/domain.py        DOMAIN (a DBDomain) and the tools of tools.py, each call run in the python sandbox
     <package>/cards/*.yaml     one function card per tool (backend.callable: <package>.domain:<tool>)
     <package>/tasks.jsonl      the kept tasks (env and checker: <package>.domain:DOMAIN.make_env / .check)
     <package>/report.json      kept and refused per stage and reason, the writer model's tokens and cost
@@ -29,8 +29,9 @@ __all__ = ["write_domain"]
 
 DOMAIN_PY = '''"""The {name} domain, made by orchlib.synth: DOMAIN over database.json and the tools of tools.py.
 
-tools.py is loaded with the checks it passed when it was made (orchlib.synth.code.load_source): imports
-from _ALLOWED only, no file or interpreter access."""
+tools.py never runs in the importing process: orchlib.synth.code.load_source checks it as it was checked
+when it was made (imports from _ALLOWED only), reads its functions' signatures off the syntax tree, and
+runs each call in the python sandbox."""
 
 import json
 from pathlib import Path
@@ -44,7 +45,7 @@ _HERE = Path(__file__).parent
 _ALLOWED = (
 {allowed})
 _TOOLS = load_source((_HERE / "tools.py").read_text(encoding="utf-8"), __name__.rsplit(".", 1)[0] + ".tools",
-                     _ALLOWED, where=str(_HERE / "tools.py"))
+                     _ALLOWED, where=str(_HERE / "tools.py"), verify=False)
 INITIAL = json.loads((_HERE / "database.json").read_text(encoding="utf-8"))
 {assignments}
 

@@ -1,9 +1,15 @@
 """The program the python sandbox runs in its child process (passed as `python -I -B -c <this file>`).
 
 It is not imported by the library. Order matters: limits first, then the modules to preload (read
-while the process may still read the interpreter's files), then privileges are dropped, then the
-guards are installed, and only then is the user's code (read from stdin) executed.
+while the process may still read the interpreter's files), then the process splits in two: a keeper
+that runs no user code, and the runner. In the runner privileges are dropped, the guards are
+installed, and only then is the user's code (read from stdin) executed.
 Exit status: 0 ok, 1 the code raised (traceback on stderr), 3 the sandbox could not be set up.
+
+The keeper is a child subreaper (prctl PR_SET_CHILD_SUBREAPER, Linux): a process the code starts and
+orphans (`setsid -f`, a double fork) becomes the keeper's child instead of init's, so it can neither
+leave the keeper's tree nor outlive the run: when the runner ends, or the host sends SIGTERM, the
+keeper kills every process left in its tree, then exits with the runner's status.
 
 The guards (an audit hook, PEP 578, and the removal of functions no audit event covers) keep their
 state in closures of `_install_guards`, not in this module's globals: the user's code can reach this
@@ -17,6 +23,7 @@ import os
 import resource
 import signal
 import sys
+import time
 import traceback
 import types
 
@@ -49,6 +56,107 @@ for name in cfg["preload"]:
     except ImportError as e:  # said on stderr so the user sees why a later import fails
         print(f"sandbox: could not preload {name}: {e}", file=sys.stderr)
 
+
+
+def _base(name):
+    return name.rpartition(".")[2]
+
+
+def _runs_other_interpreters(name):
+    """Modules that start a sub-interpreter, where no audit hook runs (PEP 554's _xxsubinterpreters, the
+    test modules' run_in_subinterp), or that exist only to test the C API."""
+    base = _base(name)
+    return base.startswith(("_xxsub", "_xxinterp", "_interp", "_test", "_xxtest")) or base in (
+        "interpreters", "_ctypes_test", "xxsubtype", "xxlimited", "xxlimited_35")
+
+
+_preloaded_interpreters = sorted(n for n in sys.modules if _runs_other_interpreters(n))
+if _preloaded_interpreters:
+    print(f"sandbox: cannot preload {_preloaded_interpreters[0]}: it runs code where the guards do not",
+          file=sys.stderr)
+    os._exit(3)
+
+
+def _children(parent):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()  # after "(comm)", which may hold spaces
+            except OSError:  # ended while we looked
+                continue
+            if int(fields[1]) == parent:
+                found.append(int(name))
+    return found
+
+
+def _end_tree(patience_s=5.0):
+    """Kill and reap every process of the keeper's tree: orphans are re-parented to the keeper as their
+    parents die, so the loop ends when the keeper has no child left."""
+    me, deadline = os.getpid(), time.monotonic() + patience_s
+    while time.monotonic() < deadline:
+        for child in _children(me):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            except PermissionError:  # under bwrap as root without CAP_KILL: its pid namespace ends them
+                return
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.002)
+
+
+def _keep():
+    """Split into keeper and runner; only the runner returns."""
+    try:
+        import ctypes  # the runner's guards refuse ctypes and forget this import
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (ImportError, OSError, AttributeError):  # not Linux: orphans go to init, as without a keeper
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    runner = os.fork()
+    if runner == 0:
+        return
+    os.close(0)
+
+    def stop(*_):
+        try:
+            os.kill(runner, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        try:
+            _, status = os.waitpid(runner, 0)
+            break
+        except InterruptedError:
+            continue
+    _end_tree()
+    if os.WIFSIGNALED(status):  # die of the same signal, so the host reads the runner's end
+        sig = os.WTERMSIG(status)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+try:
+    _keep()
+except OSError as e:
+    print(f"sandbox: could not start: {e}", file=sys.stderr)
+    os._exit(3)
+
 import linecache  # noqa: E402  (used for tracebacks after privileges are dropped)
 
 try:
@@ -71,6 +179,7 @@ def _install_guards(cfg):
     # (posixpath.realpath, os.lstat, ...) and reach this module's globals through its frames, but not
     # these closures. Settings are copied out of `cfg` for the same reason.
     lstat, readlink, getcwd, is_link, is_dir = os.lstat, os.readlink, os.getcwd, stat.S_ISLNK, stat.S_ISDIR
+    getpid = os.getpid
     pure_str, pure_fspath = pathlib.PurePath.__str__, pathlib.PurePath.__fspath__
     path_types, dir_entry = (pathlib.PosixPath, pathlib.PurePosixPath), os.DirEntry
     isinstance_, str_, bytes_, int_, type_ = isinstance, str, bytes, int, type
@@ -122,7 +231,9 @@ def _install_guards(cfg):
     workdir = real(cfg["workdir"])
     allow_processes, allow_network = bool(cfg["allow_processes"]), bool(cfg["allow_network"])
     writable = {os.devnull}
-    my_pid = os.getpid()
+    # Without bubblewrap the host's temporary folders are shared: other runs' working folders (the same
+    # sandbox uid owns them) and the host's own files. Under bwrap /tmp is private anyway.
+    private_roots = tuple(real(r) for r in cfg.get("private_roots", ()))
     process_events = {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
                       "subprocess.Popen", "pty.spawn"}
     # event -> (position of a path it writes, position of the dir_fd that path is relative to, or None)
@@ -137,6 +248,8 @@ def _install_guards(cfg):
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
     blocked = {"_posixsubprocess": "starting processes", "_ctypes": "ctypes (it could bypass these checks)",
                "ctypes": "ctypes (it could bypass these checks)"}
+    interpreters_prefixes = ("_xxsub", "_xxinterp", "_interp", "_test", "_xxtest")
+    interpreters_names = {"interpreters", "_ctypes_test", "xxsubtype", "xxlimited", "xxlimited_35"}
     if not allow_network:
         blocked.update(dict.fromkeys(["_socket", "socket", "_ssl", "ssl"], "network access"))
     if cfg["isolation"] == "python":
@@ -144,15 +257,48 @@ def _install_guards(cfg):
         # SQL `ATTACH`, dbm and history files). Under bubblewrap they only reach the private folders.
         blocked.update(dict.fromkeys(["_multiprocessing", "_posixshmem", "_sqlite3", "_dbm", "_gdbm", "readline"],
                                      "writing files outside the working directory"))
+    def refused_module(name):
+        """Why a module may not be loaded, or None. Judged on its last part too: an extension module's
+        init function is named after it, so "a.readline" loads readline (no "import readline" event)."""
+        if type_(name) is not str_:
+            return "loading a module under a name that is not a string"
+        for part in (name, name.rpartition(".")[2]):
+            if part in blocked:
+                return f"{blocked[part]} (import {name})"
+            if part.startswith(interpreters_prefixes) or part in interpreters_names:
+                return f"sub-interpreters and C-API test modules, where these checks do not run (import {name})"
+        return None
+
     # Forget what the preload imported (numpy imports ctypes), so that importing it raises the event.
     for name in list(sys.modules):
-        if name.split(".")[0] in blocked:
+        if any_(refused_module(part) for part in name.split(".")):
             del sys.modules[name]
     # Interpreter internals that could rebuild a module with the functions removed below.
     rebuild_refused = set(blocked) | {"posix", "_imp", "_signal", "gc", "_io", "builtins", "sys"}
+    # Extension modules load only from where the interpreter's own live (the standard library,
+    # site-packages), never from a file the code wrote: native code goes around every check here.
+    native_roots = tuple(r for r in (real(p) for p in sys.path if type_(p) is str_ and p and os.path.isdir(p))
+                         if r != "/" and not (r == workdir or r.startswith(workdir + "/")
+                                              or any_(r == q or r.startswith(q + "/") for q in private_roots)))
 
     def inside(path):
         return path in writable or path == workdir or path.startswith(workdir + "/")
+
+    def check_private(target, shown):
+        """Refuse reading another process's /proc entry or a shared temporary folder."""
+        if target.startswith("/proc/"):
+            entry = target.split("/")[2]
+            if entry.isdigit() and int_(entry) != getpid():
+                refuse(f"reading another process's /proc entry ({shown})")
+        if not inside(target) and any_(target == r or target.startswith(r + "/") for r in private_roots):
+            refuse(f"reading outside the working directory in a shared temporary folder ({shown})")
+
+    def fd_path(fd):
+        """The path an open fd names (a file the code deleted keeps its path, plus ' (deleted)')."""
+        try:
+            return readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            refuse(f"changing an fd ({fd}) whose file cannot be told")
 
     def resolve(path, dir_fd=None):
         """The real path `path` names, relative to `dir_fd` (an open folder) when one is given."""
@@ -189,6 +335,7 @@ def _install_guards(cfg):
             folder = False
         if folder:
             refuse(f"opening a folder outside the working directory ({shown})")
+        check_private(target, shown)
 
     def check_symlink_target(target):
         target = text(target)
@@ -202,8 +349,13 @@ def _install_guards(cfg):
             check_open(*args)
         elif event in path_events:
             for at, fd_at in path_events[event]:
-                if at >= len_(args) or args[at] is None or isinstance_(args[at], int_):
-                    continue  # an fd: already checked when it was opened
+                if at >= len_(args) or args[at] is None:
+                    continue
+                if isinstance_(args[at], int_):  # fchmod, fchown, futimes, fsetxattr, fchdir: an fd opened
+                    # for reading still changes its file's metadata, so it must name a file inside
+                    if not inside(fd_path(args[at])):
+                        refuse(f"{event} on an fd of a file outside the working directory")
+                    continue
                 dir_fd = args[fd_at] if fd_at is not None and fd_at < len_(args) else None
                 if not inside(resolve(args[at], dir_fd)):
                     what = "leaving" if event == "os.chdir" else f"{event} outside"
@@ -212,16 +364,20 @@ def _install_guards(cfg):
                 check_symlink_target(args[0])
         elif event in process_events and not allow_processes:
             refuse(f"starting processes ({event})")
-        elif event in ("os.kill", "os.killpg") and args[0] not in (0, my_pid):
+        elif event in ("os.listdir", "os.scandir") and args and args[0] is not None \
+                and not isinstance_(args[0], int_):
+            shown = text(args[0])
+            check_private(real(shown), shown)
+        elif event in ("os.kill", "os.killpg") and args[0] != getpid():  # 0, the group, holds the keeper
             refuse(f"signalling other processes ({event})")
-        elif event == "resource.prlimit" and args[0] not in (0, my_pid):
+        elif event == "resource.prlimit" and args[0] not in (0, getpid()):
             refuse("changing another process's limits (resource.prlimit)")
         elif event.startswith("ctypes."):
             refuse("ctypes (it could bypass these checks)")
         elif event.startswith("socket.") and not allow_network:
             refuse(f"network access ({event})")
-        elif event == "import" and args[0] in blocked:
-            refuse(f"{blocked[args[0]]} (import {args[0]})")
+        elif event == "import" and refused_module(args[0]):
+            refuse(refused_module(args[0]))
         elif event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"):
             refuse(f"{event} (it could reach these checks)")
         elif event == "orchlib.sandbox.rebuild":
@@ -251,10 +407,17 @@ def _install_guards(cfg):
                 refuse(f"running {getattr_(arg, '__name__', '?')} again")
             return originals[function](arg)
         name, origin = getattr_(arg, "name", None), getattr_(arg, "origin", None)
-        if type(name) is not str or (origin is not None and type(origin) is not str):
+        if type_(name) is not str_ or (origin is not None and type_(origin) is not str_):
             refuse("loading a module from a made-up spec")
-        if name in rebuild_refused:
+        if name in rebuild_refused or name.rpartition(".")[2] in rebuild_refused:
             refuse(f"loading {name} again")
+        why = refused_module(name)
+        if why:
+            refuse(why)
+        if function == "create_dynamic":
+            where = real(origin) if origin else ""
+            if not any_(where.startswith(r + "/") for r in native_roots):
+                refuse(f"loading an extension module from outside the interpreter's folders ({origin})")
         return originals[function](namespace(name=name, origin=origin), *rest)
 
     for function in originals:

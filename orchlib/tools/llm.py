@@ -26,18 +26,27 @@ import json
 import os
 import threading
 import time
+import urllib.parse
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, task_text
 from orchlib.trajectory import Observation
 
-__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "Usage", "usage_counts", "chat_openai", "chat_body", "post_chat",
+__all__ = ["LLMSettings", "LLMTool", "RETRY_STATUSES", "MAX_RESPONSE_BYTES", "MAX_TOKENS_PER_RESPONSE", "http_url",
+           "Usage", "usage_counts", "chat_openai", "chat_body", "post_chat",
            "chat_transformers"]
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+# A chat completion is text: 128k output tokens are about 0.5 MB of JSON, so a body past 10 MiB is a
+# misbehaving server, and reading it whole would hold it all in memory (decoded size: a gzip bomb too).
+MAX_RESPONSE_BYTES = 10 * 2**20
+# No model reads or writes more than this in one request (the longest context windows are ~10M tokens);
+# a larger `usage` count is garbage, and priced as sent it would put a bill of millions in the report.
+MAX_TOKENS_PER_RESPONSE = 100_000_000
 
 
 class LLMSettings(BaseModel):
@@ -59,11 +68,29 @@ class LLMSettings(BaseModel):
     argument: str = Field("prompt", description="input: arguments — which argument holds the prompt")
     device: str | None = Field(None, description="transformers: e.g. 'cpu', 'cuda'")
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_only(cls, v: str | None) -> str | None:
+        return v if v is None else http_url(v)
+
     @model_validator(mode="after")
     def _openai_needs_url(self) -> LLMSettings:
         if self.client == "openai" and not self.base_url:
             raise ValueError("client openai needs base_url (e.g. https://api.openai.com/v1)")
         return self
+
+
+def http_url(url: str) -> str:
+    """`url` when it is an http(s) URL with a host; else ValueError. Any other scheme (ftp://, file://)
+    would fail on every request, after every retry, minutes into a run."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed [IPv6 bracket
+        ok = False
+    if not ok:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url
 
 
 class LLMTool(Tool):
@@ -107,13 +134,19 @@ def usage_counts(usage: Any, estimate_in: int, estimate_out: int) -> Usage:
     """The counts of a response's `usage` object; a count it lacks is the estimate given (some local
     servers send no usage). A count that is not a whole number ≥ 0 raises ToolError: a bill is never
     guessed from a malformed one."""
-    usage = usage if isinstance(usage, dict) else {}
+    if usage is None:
+        usage = {}
+    if not isinstance(usage, dict):
+        raise ToolError(f"the response's usage is {type(usage).__name__} {str(usage)[:40]!r}, not an object")
 
     def count(value: Any, default: int, what: str) -> int:
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
-            raise ToolError(f"the response's usage has {what} = {value!r}, not a token count")
+        # NaN fails `0 <= value`; infinity and 1e30 fail the bound: a bill is never computed from them
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0 <= value <= MAX_TOKENS_PER_RESPONSE or value != int(value)):
+            raise ToolError(f"the response's usage has {what} = {repr(value)[:40]}, not a token count "
+                            f"(a whole number from 0 to {MAX_TOKENS_PER_RESPONSE:,})")
         return int(value)
 
     details_out = usage.get("completion_tokens_details") or {}
@@ -171,7 +204,7 @@ async def _post_retrying(s: LLMSettings, client: httpx.AsyncClient, headers: dic
             # httpx's timeout bounds each read, so a server trickling a byte a second never trips it:
             # the deadline covers the whole request, headers and body.
             async with asyncio.timeout(s.timeout_s):
-                response = await client.post(url, headers=headers, json=body, timeout=s.timeout_s)
+                response = await _post_capped(client, url, headers, body, s)
         except (httpx.TimeoutException, TimeoutError):
             raise ToolError(f"{s.model}: no answer from {url} within {s.timeout_s:g} s", kind="timeout") from None
         except httpx.TransportError as e:  # refused or dropped connection: worth another try
@@ -186,6 +219,27 @@ async def _post_retrying(s: LLMSettings, client: httpx.AsyncClient, headers: dic
         if attempt < s.max_retries:
             await asyncio.sleep(wait)
     raise ToolError(f"{s.model}: gave up after {s.max_retries + 1} attempts; last: {last}")
+
+
+async def _post_capped(client: httpx.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any],
+                       s: LLMSettings) -> httpx.Response:
+    """`client.post`, with the body read up to MAX_RESPONSE_BYTES (decoded); past it, ToolError."""
+    request = client.build_request("POST", url, headers=headers, json=body, timeout=s.timeout_s)
+    response = await client.send(request, stream=True)
+    try:
+        chunks, size = [], 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise ToolError(f"{s.model}: the response from {url} is over {MAX_RESPONSE_BYTES // 2**20} MiB; "
+                                "refused unread")
+            chunks.append(chunk)
+    finally:
+        await response.aclose()
+    # The decoded body in a plain response (no content-encoding left to undo), for .json() and .text
+    kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in ("content-encoding",
+                                                                                    "content-length")]
+    return httpx.Response(response.status_code, headers=kept, content=b"".join(chunks), request=request)
 
 
 def _backoff(s: LLMSettings, attempt: int, retry_after: str | None) -> float:

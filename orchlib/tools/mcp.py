@@ -41,6 +41,12 @@ from orchlib.trajectory import Observation
 
 # JSON-RPC error code the SDK gives calls whose connection closed (mcp_types.jsonrpc; -32000 in mcp 1.x too)
 CONNECTION_CLOSED = -32000
+# What a server may hand over: a result's content blocks and text, and tools/list's tools and pages. A
+# server is a program of someone else's; past these it is an error observation, not memory or minutes.
+MAX_BLOCKS = 1000
+MAX_RESULT_CHARS = 4_000_000
+MAX_TOOLS = 2000
+MAX_PAGES = 200
 
 __all__ = ["MCPSettings", "MCPTool", "MCPConnection", "mcp_cards", "list_server_tools", "close_servers"]
 
@@ -95,13 +101,21 @@ class MCPTool(Tool):
 
     async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
         timeout = self.settings.timeout_s
+        connection = self.connection
         try:
-            result = await asyncio.wait_for(self.connection.call(self.remote_name, arguments), timeout)
+            result = await asyncio.wait_for(connection.call(self.remote_name, arguments), timeout)
         except asyncio.TimeoutError:
+            connection.reset()  # a server that does not answer may still be sending: end its session
             if timeout is None:
                 raise
             raise ToolError(f"{self.name} did not answer within {timeout:g} s (backend.timeout_s)", "timeout") from None
-        text = result_text(result)
+        except asyncio.CancelledError:  # the toolbox's own timeout
+            connection.reset()
+            raise
+        try:
+            text = result_text(result)
+        except ToolError as e:
+            raise ToolError(f"{self.name} on MCP server {connection.label}: {e}") from None
         tokens_in, tokens_out = approx_tokens(json.dumps(arguments, ensure_ascii=False)), approx_tokens(text)
         if result.get("isError"):
             raise ToolError(f"{self.name} failed: {text or 'the server reported an error'}",
@@ -110,9 +124,13 @@ class MCPTool(Tool):
 
 
 def result_text(result: dict[str, Any]) -> str:
-    """What the orchestrator reads of a `CallToolResult` (as a wire dict)."""
+    """What the orchestrator reads of a `CallToolResult` (as a wire dict). Over MAX_BLOCKS content
+    blocks or MAX_RESULT_CHARS characters: ToolError."""
+    blocks = result.get("content") or []
+    if len(blocks) > MAX_BLOCKS:
+        raise ToolError(f"the result has {len(blocks):,} content blocks, over the {MAX_BLOCKS:,} accepted")
     parts: list[str] = []
-    for block in result.get("content") or []:
+    for block in blocks:
         kind = block.get("type")
         if kind == "text":
             parts.append(block.get("text", ""))
@@ -127,6 +145,9 @@ def result_text(result: dict[str, Any]) -> str:
             parts.append(f"[{kind}]")
     if not parts and result.get("structuredContent") is not None:
         parts.append(json.dumps(result["structuredContent"], ensure_ascii=False))
+    size = sum(len(p) for p in parts)
+    if size > MAX_RESULT_CHARS:
+        raise ToolError(f"the result holds {size:,} characters, over the {MAX_RESULT_CHARS:,} accepted")
     return "\n".join(parts)
 
 
@@ -161,7 +182,17 @@ class MCPConnection:
         return await asyncio.wrap_future(self._submit(self._list()))
 
     def list_tools_sync(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
-        return self._submit(self._list()).result(timeout_s)
+        try:
+            return self._submit(self._list()).result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            self.reset()
+            raise ToolError(f"MCP server {self.label}: tools/list did not answer within {timeout_s:g} s") from None
+
+    def reset(self) -> None:
+        """End the current session (the server is stopped and its reader with it); the next call starts
+        a fresh one."""
+        if not self._closed:
+            asyncio.run_coroutine_threadsafe(self._reset(), self._loop)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """End the session (the server is told, then stopped) and the thread. Idempotent."""
@@ -196,16 +227,27 @@ class MCPConnection:
     async def _list(self) -> list[dict[str, Any]]:
         client = await self._ensure()
         tools: list[dict[str, Any]] = []
-        cursor = None
+        cursor, seen = None, set()
+        where = f"MCP server {self.label}: tools/list"
         try:
-            while True:
+            for _ in range(MAX_PAGES):
                 page = await client.list_tools(cursor=cursor)
+                if len(tools) + len(page.tools) > MAX_TOOLS:
+                    raise ToolError(f"{where}: tools: more than {MAX_TOOLS:,} tools (this page alone has "
+                                    f"{len(page.tools):,})")
                 tools += [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in page.tools]
                 cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
                 if not cursor:
                     return tools
+                if cursor in seen:
+                    raise ToolError(f"{where}: nextCursor: {str(cursor)[:80]!r} was given before (the pages "
+                                    "would never end)")
+                seen.add(cursor)
+        except ToolError:
+            raise
         except Exception as e:
-            raise ToolError(f"MCP server {self.label}: tools/list failed: {_describe(e)}") from None
+            raise ToolError(f"{where} failed: {_describe(e)}") from None
+        raise ToolError(f"{where}: nextCursor: still a next page after {MAX_PAGES} pages")
 
     async def _ensure(self) -> Any:
         if self._start_lock is None:
@@ -270,6 +312,17 @@ class MCPConnection:
         env = {**{k: os.environ[k] for k in s.pass_env if k in os.environ}, **s.env}
         return mcp.Client(mcp.StdioServerParameters(command=s.command, args=list(s.args), env=env or None,
                                                     cwd=self.cwd))
+
+    async def _reset(self) -> None:
+        client = self._client
+        if client is not None:
+            self._drop(client)
+        serving = self._serving
+        if serving is not None and not serving.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(serving), 5)
+            except (asyncio.TimeoutError, Exception):
+                serving.cancel()
 
     async def _shutdown(self) -> None:
         if self._stop is not None:

@@ -7,25 +7,37 @@ keys in the host's environment are not there. With `isolation` "auto" (the defau
 working here, the process runs inside `bwrap` (see `_bwrap_prefix`): the system read-only, a private
 /tmp holding only the working directory, private /dev and /proc, no network, its own pid namespace.
 The child (`_sandbox_child.py`) sets resource limits (CPU seconds, address space, file size, open
-files, processes), preloads the modules the card lists, drops to an unprivileged uid when the host
-runs as root, installs its guards (an audit hook, and removes the few functions no audit event
-covers), then runs the code. The host keeps only the first `max_output_chars` of the output, stops
-the program when it prints more than `max_stream_bytes`, and kills the whole process group on a
-wall-clock timeout and after every run. The Observation's label says which isolation ran.
+files, processes), preloads the modules the card lists, splits into a keeper (a child subreaper that
+runs no user code) and a runner, which drops to an unprivileged uid when the host runs as root,
+installs its guards (an audit hook, and removes the few functions no audit event covers), then runs
+the code. The host keeps only the first `max_output_chars` of the output, stops the program when it
+prints more than `max_stream_bytes` or its folder holds more than `disk_mb`, and on a wall-clock
+timeout and after every run has the keeper kill every process the run started (those that left the
+process group or the session included), then kills the process group. The Observation's label says
+which isolation ran.
 
 What each limit rests on, honestly:
 - timeout, CPU, memory, file size, open files: the kernel (SIGKILL of the process group, rlimits).
+- processes outliving the run: the keeper, a child subreaper, inherits every orphan and kills its whole
+  tree at the end (`setsid -f` included); under bwrap the pid namespace as well. Without root and
+  without bwrap, a program allowed to start processes could still kill its keeper (same uid).
+- disk: RLIMIT_FSIZE per file, and the host measures the working folder (and files the run deleted but
+  holds open) every 0.1 s and stops the program past `disk_mb`: a fast writer may overshoot by what it
+  writes in that time, at most RLIMIT_FSIZE per open file.
 - fork bombs: the guards refuse process creation; under them RLIMIT_NPROC bounds the processes
   the sandbox uid may own. The kernel ignores RLIMIT_NPROC for root, hence the drop to `uid` (65534,
   "nobody", by default) when the host is root. The count is per uid, shared by concurrent sandboxes.
   Under bwrap every process of the pid namespace dies with it.
-- reading secrets: the environment is rebuilt from scratch; after the uid drop the host's
-  /proc/<pid>/environ and root-only files are unreadable by the kernel's permission checks (under
-  bwrap the host's processes are not even visible).
+- reading secrets: the environment is rebuilt from scratch; the guards refuse any /proc/<pid> but the
+  program's own, and, without bwrap, the shared temporary folders (so two runs cannot read each other's
+  folder); after the uid drop the host's /proc/<pid>/environ and root-only files are unreadable by the
+  kernel's permission checks (under bwrap the host's processes are not even visible).
 - writing outside the working directory: under bwrap the mount namespace (read-only system, private
   /tmp); always the guards (paths resolved, `dir_fd` included, symlinks and `..` that lead outside
   refused); after the uid drop the kernel refuses root-owned files.
 - network: under bwrap no network device; always the guards.
+- native code and other interpreters: ctypes, extension modules under any name or from any file outside
+  the interpreter's folders, and sub-interpreters (which run without the audit hook) are refused.
 Audit hooks (PEP 578) are a guard rail, not a jail: native code can go around them, which is why
 ctypes is refused too. Without bubblewrap, run code you do not trust inside a container or VM as well.
 Without root, no uid drop happens: the rlimits and the guards still apply, RLIMIT_NPROC then counts
@@ -43,6 +55,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -73,6 +86,8 @@ class PythonSettings(BaseModel):
     cpu_s: int = Field(10, gt=0, description="RLIMIT_CPU seconds")
     memory_mb: int = Field(1024, gt=0, description="RLIMIT_AS: address space, MiB")
     file_mb: int = Field(16, ge=0, description="RLIMIT_FSIZE: largest file it may write, MiB")
+    disk_mb: int = Field(64, gt=0, description="all it may keep in its folder, MiB (each entry counts at "
+                                               "least 4 KiB); past it the program is stopped")
     open_files: int = Field(64, gt=8, description="RLIMIT_NOFILE")
     max_processes: int = Field(16, gt=0, description="RLIMIT_NPROC for the sandbox uid (threads count too)")
     max_output_chars: int = Field(8000, gt=0, description="output shown to the orchestrator; the rest is cut")
@@ -115,7 +130,9 @@ async def run_code(code: str, s: PythonSettings) -> Observation:
             "open_files": s.open_files, "nproc": _nproc(s, as_root), "preload": s.preload,
             "uid": s.uid if as_root else None, "gid": s.uid if as_root else None, "workdir": workdir,
             "allow_processes": s.allow_processes, "allow_network": s.allow_network, "isolation": isolation,
+            "private_roots": _private_roots(workdir) if isolation == "python" else [],
         }
+        config["file_bytes"] = min(config["file_bytes"], s.disk_mb * 2**20)
         python = [s.python or sys.executable, "-I", "-B", "-c", CHILD_SOURCE, json.dumps(config)]
         argv = _bwrap_prefix(workdir, as_root, s.allow_network) + python if isolation == "bwrap" else python
         obs = await _supervise(argv, code, s, config, workdir, signal_base=128 if isolation == "bwrap" else None)
@@ -125,6 +142,14 @@ async def run_code(code: str, s: PythonSettings) -> Observation:
 
 
 LABELS = {"bwrap": "sandbox: bwrap", "python": "sandbox: python guards"}
+
+
+def _private_roots(workdir: str) -> list[str]:
+    """Temporary folders every process shares, which the guards keep the program out of (other runs'
+    folders live there). One that holds the interpreter (a virtual environment in /tmp) stays readable."""
+    roots = {os.path.realpath(r) for r in (os.path.dirname(workdir), "/tmp", "/var/tmp", "/dev/shm")}
+    python = [os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.executable)]
+    return sorted(r for r in roots if r != "/" and not any(p == r or p.startswith(r + "/") for p in python))
 
 
 def _isolation(s: PythonSettings) -> str:
@@ -138,18 +163,21 @@ def _isolation(s: PythonSettings) -> str:
     return "python"
 
 
-def _bwrap_prefix(workdir: str, as_root: bool, allow_network: bool) -> list[str]:
+def _bwrap_prefix(workdir: str, drop_uid: bool, allow_network: bool) -> list[str]:
     """bubblewrap (https://github.com/containers/bubblewrap): the system read-only, a private /tmp with
     only the working folder in it, a private /dev and /proc, no network, its own pid namespace (every
-    process in it dies with it) and bwrap dies with its parent. As root it keeps only the two
-    capabilities the child needs to drop to the sandbox uid; without root bwrap uses a user namespace."""
+    process in it dies with it) and bwrap dies with its parent. As root it drops every capability, but
+    for the two the child needs to drop to the sandbox uid when it drops (`drop_uid`); without root bwrap
+    uses a user namespace."""
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             "--bind", workdir, workdir, "--chdir", "/", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent"]
     if not allow_network:
         argv.append("--unshare-net")
-    if as_root:
-        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    if os.geteuid() == 0:  # with `uid: None` too: a root child keeping CAP_SYS_ADMIN could remount / writable
+        argv += ["--cap-drop", "ALL"]
+        if drop_uid:
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return [*argv, "--"]
 
 
@@ -199,9 +227,11 @@ async def _supervise(argv: list[str], code: str, s: PythonSettings, config: dict
         *argv,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         cwd=workdir, env=_environment(workdir, s), start_new_session=True)
-    out, err = _Capture(s), _Capture(s)
+    keeper = signal_base is None  # without bwrap the child is the keeper (see _sandbox_child.py)
+    out, err = _Capture(s, keeper), _Capture(s, keeper)
     out.sibling, err.sibling = err, out  # the output limit counts both streams together
     readers = [asyncio.ensure_future(out.read(proc.stdout, proc)), asyncio.ensure_future(err.read(proc.stderr, proc))]
+    over_disk: int | None = None
     try:
         proc.stdin.write(code.encode("utf-8"))
         try:
@@ -209,8 +239,11 @@ async def _supervise(argv: list[str], code: str, s: PythonSettings, config: dict
         except (BrokenPipeError, ConnectionResetError):
             pass  # the child died before reading all of its code; its exit status tells why
         proc.stdin.close()
-        timed_out = not await _exited(proc, s.timeout_s)
+        timed_out, over_disk = await _watch(proc, s, workdir)
     finally:
+        _stop(proc, keeper)
+        if keeper:  # the keeper kills its whole tree, then exits; the group kill below is the fallback
+            await _exited(proc, 3.0)
         _kill_group(proc)  # also ends children the program left behind
         await _exited(proc, 5.0)  # not proc.wait(): it also waits for the pipes (see _exited)
         # Under bwrap the pid namespace ends every process in it; bwrap's own helper (root, not the
@@ -226,6 +259,10 @@ async def _supervise(argv: list[str], code: str, s: PythonSettings, config: dict
         status = signal_base - status
     output = _join(out.text(), err.text(), s.max_output_chars, out.total + err.total)
     error = None
+    if over_disk is not None:
+        error = (f"disk quota of {s.disk_mb} MiB exceeded (its files took {over_disk / 2**20:.1f} MiB or more); "
+                 "the program was stopped")
+        return Observation(content=_with_error(output, error), error=error, error_kind="tool_failure")
     if timed_out:
         return Observation(content=_with_error(output, f"wall-clock limit of {s.timeout_s:g} s reached; "
                                                "the process group was killed"),
@@ -259,10 +296,111 @@ def _private_python() -> bool:
     return any(not p.stat().st_mode & 0o001 for p in [folder, *folder.parents])
 
 
+async def _watch(proc: asyncio.subprocess.Process, s: PythonSettings, workdir: str) -> tuple[bool, int | None]:
+    """Wait for the child to exit: (whether the wall clock ran out, bytes in use when over the disk quota)."""
+    deadline, limit = time.monotonic() + s.timeout_s, s.disk_mb * 2**20
+    next_look = time.monotonic() + DISK_LOOK_S
+    while proc.returncode is None:
+        now = time.monotonic()
+        if now >= deadline:
+            return True, None
+        if now >= next_look:
+            used = await asyncio.to_thread(disk_use, workdir, proc.pid, limit)
+            if used > limit:
+                return False, used
+            next_look = time.monotonic() + DISK_LOOK_S
+        await asyncio.sleep(0.005)
+    used = disk_use(workdir, None, limit)  # a short run may have written it all before the first look
+    return False, used if used > limit else None
+
+
+DISK_LOOK_S = 0.1  # how often a running program's files are measured
+ENTRY_BYTES = 4096  # what a file or folder costs at least (one block): a million empty files are not free
+
+
+def disk_use(workdir: str, root_pid: int | None, limit: int) -> int:
+    """Bytes the run's files take: every entry under `workdir` (its blocks, at least ENTRY_BYTES; hard
+    links once), plus files under it that the run's processes deleted but hold open. Counting stops
+    past `limit`. A folder the host cannot read counts as over the limit (its size cannot be told)."""
+    total, seen, folders = 0, set(), [workdir]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return limit + 1
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+            total += max(st.st_blocks * 512, ENTRY_BYTES)
+            if stat.S_ISDIR(st.st_mode):
+                folders.append(entry.path)
+            if total > limit:
+                return total
+    if root_pid is not None:
+        total += _deleted_but_open(workdir, root_pid, seen)
+    return total
+
+
+def _deleted_but_open(workdir: str, root_pid: int, seen: set) -> int:
+    """Bytes of files under `workdir` that processes of the run's tree deleted and still hold open."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    total, pending = 0, [root_pid]
+    while pending:
+        pid = pending.pop()
+        pending += parents.get(pid, [])
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # ended, or not ours to read
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not (target.startswith(workdir + "/") and target.endswith(" (deleted)")):
+                    continue
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def _stop(proc: asyncio.subprocess.Process, keeper: bool) -> None:
+    """Stop the program: ask the keeper to end its tree (it kills the runner first), or, under bwrap,
+    kill the group (the pid namespace dies with bwrap)."""
+    if not keeper:
+        _kill_group(proc)
+        return
+    if proc.returncode is not None:  # reaped: its pid may be another process's by now
+        return
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class _Capture:
     """Keeps the head of a stream, counts the rest, and stops the program past max_stream_bytes."""
 
-    def __init__(self, s: PythonSettings):
+    def __init__(self, s: PythonSettings, keeper: bool = False):
+        self.keeper = keeper
         self.keep = s.max_output_chars * 4  # bytes enough for max_output_chars of UTF-8
         self.limit = s.max_stream_bytes
         self.head = bytearray()
@@ -277,7 +415,7 @@ class _Capture:
                 self.head += chunk[: self.keep - len(self.head)]
             if self.total + (self.sibling.total if self.sibling else 0) > self.limit and not self.overflow:
                 self.overflow = True
-                _kill_group(proc)
+                _stop(proc, self.keeper)
 
     def text(self) -> str:
         return self.head.decode("utf-8", errors="replace")

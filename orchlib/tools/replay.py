@@ -38,16 +38,17 @@ import math
 import os
 import re
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchlib.atomic import write_text_atomic
 from orchlib.cards import Latency, Price, ToolCard
 from orchlib.prices import PriceTable
 from orchlib.tools.base import Tool, ToolContext, ToolError, approx_tokens, resolve_path
-from orchlib.trajectory import Observation, new_observation
+from orchlib.trajectory import Observation, new_observation, set_fields
 
 __all__ = ["ReplaySettings", "ReplayTool", "Recorded", "Recording", "RecordingError", "read_recording",
            "load_recording", "replay_lookup", "replay_cards", "write_recording", "clear_recordings",
@@ -56,7 +57,7 @@ __all__ = ["ReplaySettings", "ReplayTool", "Recorded", "Recording", "RecordingEr
 # Columns of the rows layout that are optional: used where the file has them.
 _OPTIONAL = {"grade_column": "grade", "tokens_in_column": "input_tokens", "tokens_out_column": "output_tokens",
              "tokens_reasoning_column": "reasoning_tokens", "tokens_cached_column": "cached_tokens",
-             "latency_column": "latency_s"}
+             "latency_column": "latency_s", "cost_column": "cost_usd"}
 
 
 class ReplaySettings(BaseModel):
@@ -86,6 +87,28 @@ class ReplaySettings(BaseModel):
         False, description="true when the output count already holds the reasoning tokens (OpenAI's "
                            "completion_tokens does); false when they are counted apart")
     argument: str = Field("question", description="input: arguments — which argument holds the question")
+    cost_column: str = Field("cost_usd", description="rows: what the call was billed, in USD (a discounted or "
+                                                     "negotiated bill); optional")
+    billing: Literal["recorded", "reprice"] = Field(
+        "recorded", description="'recorded': a call with a recorded cost is billed that cost; 'reprice': every "
+                                "call is priced from its tokens by the card (what it would cost at the card's prices)")
+    grade_scale: tuple[float, float] | None = Field(
+        None, description="grades recorded as scores on [low, high] (a metric such as METEOR on [-1, 1], or 0..10 "
+                          "marks), read as (grade - low) / (high - low); a score outside the scale is an error; "
+                          "null: 1/0, true/false or a score in [0, 1]")
+    on_error: Literal["raise", "skip"] = Field(
+        "raise", description="'raise': the first bad row stops the read with its file:line; 'skip': bad rows are "
+                             "left out and each is listed with its file:line in `Recording.skipped`")
+    duplicates: Literal["error", "first", "last"] = Field(
+        "error", description="a question recorded twice for one model with different values: an error naming "
+                             "both lines, or the first or last row wins (identical repeats are always fine)")
+
+    @field_validator("grade_scale")
+    @classmethod
+    def _scale(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not (math.isfinite(value[0]) and math.isfinite(value[1]) and value[0] < value[1]):
+            raise ValueError(f"grade_scale must be [low, high] with low < high, finite; got {list(value)}")
+        return value
 
 
 class RecordingError(ValueError):
@@ -103,15 +126,18 @@ class Recorded:
     tokens_reasoning: int | None = None
     tokens_cached: int | None = None
     latency_s: float | None = None
+    cost_usd: float | None = None        # what the call was billed, as recorded
 
 
 @dataclasses.dataclass
 class Recording:
-    """A recording read once: model → normalised question → Recorded, models in order of first appearance."""
+    """A recording read once: model → normalised question → Recorded, models in order of first appearance.
+    `skipped`: with `on_error="skip"`, one `"{file}:{line}: {column}: {problem}"` per row left out."""
 
     path: Path
     layout: str
     by_model: dict[str, dict[str, Recorded]]
+    skipped: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -133,6 +159,10 @@ def normalise(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- values
 _TRUE = {"true", "yes", "correct", "t", "y"}
 _FALSE = {"false", "no", "incorrect", "f", "n"}
+# Bounds on what one recorded call can be: past them a value is a unit or column mix-up, not a call.
+MAX_TOKENS = 1_000_000_000
+MAX_SECONDS = 1_000_000.0
+MAX_USD = 1_000_000.0
 
 
 def parse_grade(value: Any) -> float | None:
@@ -153,10 +183,27 @@ def parse_grade(value: Any) -> float | None:
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"not a grade: {value!r} (use 1/0, true/false, or a score in [0, 1])") from None
+            raise ValueError(f"not a grade: {value!r} (use 1/0, true/false, or a score in [0, 1]; a score on "
+                             "another scale needs grade_scale)") from None
     if isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0:
         return float(value)
-    raise ValueError(f"not a grade: {value!r} (use 1/0, true/false, or a score in [0, 1])")
+    raise ValueError(f"not a grade: {value!r} (use 1/0, true/false, or a score in [0, 1]; a score on another "
+                     "scale needs grade_scale)")
+
+
+def scaled_grade(scale: tuple[float, float]):
+    """A grade parser for scores recorded on [low, high]: (score - low) / (high - low); empty reads None."""
+    low, high = scale
+
+    def parse(value: Any) -> float | None:
+        if _missing(value):
+            return None
+        number = _number(value)
+        if number is None or not low <= number <= high:
+            raise ValueError(f"not a grade on the scale [{low:g}, {high:g}]: {value!r}")
+        return (number - low) / (high - low)
+
+    return parse
 
 
 # The spellings recordings use most, read once here (parse_grade gives the same for each).
@@ -166,38 +213,49 @@ _COMMON_GRADES: dict[Any, float] = {**{v: 1.0 for v in ("1", "1.0", "true", "Tru
 
 
 def _missing(value: Any) -> bool:
-    """An empty cell: None, blank text, or NaN (pandas' missing value)."""
-    return value is None or (isinstance(value, str) and not value.strip()) or (
-        isinstance(value, float) and math.isnan(value))
+    """An empty cell: None or blank text. (NaN is not: a count, time or cost of NaN is an error.)"""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a number or its text; None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value) if isinstance(value, (str, int, float)) else None
+    except (ValueError, OverflowError):
+        return None
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _count(value: Any) -> int | None:
-    if type(value) is int and value >= 0:  # the usual case, as the checks below would find it
+    if type(value) is int and 0 <= value <= MAX_TOKENS:  # the usual case, as the checks below would find it
         return value
     if _missing(value):
         return None
-    if isinstance(value, bool):
-        raise ValueError(f"not a token count: {value!r}")
-    try:
-        number = float(value) if isinstance(value, str) else value
-    except ValueError:
-        raise ValueError(f"not a token count: {value!r}") from None
-    if not isinstance(number, (int, float)) or not math.isfinite(number) or number < 0 or number != int(number):
-        raise ValueError(f"not a token count (a whole number ≥ 0): {value!r}")
+    number = _number(value)
+    if number is None or number < 0 or number != int(number) or number > MAX_TOKENS:
+        raise ValueError(f"not a token count (a whole number from 0 to {MAX_TOKENS:,}): {value!r}")
     return int(number)
 
 
 def _seconds(value: Any) -> float | None:
-    if type(value) is float and 0.0 <= value < math.inf:  # the usual case, as the checks below would find it
+    if type(value) is float and 0.0 <= value <= MAX_SECONDS:  # the usual case, as the checks below would find it
         return value
     if _missing(value):
         return None
-    try:
-        number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
-    except ValueError:
-        number = None
-    if number is None or not math.isfinite(number) or number < 0:
-        raise ValueError(f"not a latency in seconds (a number ≥ 0): {value!r}")
+    number = _number(value)
+    if number is None or not 0 <= number <= MAX_SECONDS:
+        raise ValueError(f"not a latency in seconds (a number from 0 to {MAX_SECONDS:g}): {value!r}")
+    return number
+
+
+def _usd(value: Any) -> float | None:
+    if _missing(value):
+        return None
+    number = _number(value)
+    if number is None or not 0 <= number <= MAX_USD:
+        raise ValueError(f"not a cost in USD (a number from 0 to {MAX_USD:g}): {value!r}")
     return number
 
 
@@ -214,51 +272,123 @@ def _text(value: Any) -> str | None:
     return text if text.strip() else None
 
 
+def _model_name(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise ValueError("no model named" if _missing(value) else
+                         f"not a model name: {value!r} (a model is named by text)")
+    return str(value)
+
+
 # ---------------------------------------------------------------------------------------------- reading
-def _rows(path: Path) -> tuple[list[str], Iterator[tuple[int, Mapping[str, Any]]]]:
+class _Skip:
+    """Where bad rows go: raised at once (`on_error="raise"`) or listed and left out ("skip")."""
+
+    def __init__(self, skip: bool):
+        self.skip, self.lines = skip, []
+
+    def __call__(self, error: RecordingError) -> None:
+        if not self.skip:
+            raise error
+        self.lines.append(str(error))
+
+
+def _rows(path: Path, bad: _Skip) -> tuple[list[str], list[tuple[int, Mapping[str, Any]]]]:
     """(columns, (line, row) pairs) of a JSONL, CSV or Parquet file; line = 1-based line or row number."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        rows = list(_jsonl(path))
+        rows = list(_jsonl(path, bad))
         columns = list(dict.fromkeys(k for _, r in rows for k in r))
-        return columns, iter(rows)
+        return columns, rows
     if suffix in (".csv", ".tsv"):
-        data = path.read_bytes()
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as e:  # the line is counted on the bytes: a text reader reads ahead
-            line = data[:e.start].count(b"\n") + 1
-            raise RecordingError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x})") from None
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
-        columns = list(reader.fieldnames or ())
-        return columns, iter([(reader.line_num, row) for row in reader])  # line_num: where the row ends
+        return _csv_rows(path, "\t" if suffix == ".tsv" else ",", bad)
     if suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise RecordingError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
-        table = pq.read_table(path)
-        return list(table.column_names), iter(enumerate(table.to_pylist(), 1))
+        return _parquet_rows(path)
     raise RecordingError(f"{path}: unknown recording format {suffix!r} (use .jsonl, .csv, .tsv or .parquet)")
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+_CSV_LIMIT = threading.Lock()  # csv.field_size_limit is one setting for the whole process
+
+
+def _csv_rows(path: Path, delimiter: str, bad: _Skip) -> tuple[list[str], list[tuple[int, Mapping[str, Any]]]]:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:  # the line is counted on the bytes: a text reader reads ahead
+        line = data[:e.start].count(b"\n") + 1
+        raise RecordingError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x})") from None
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    rows: list[tuple[int, Mapping[str, Any]]] = []
+    # csv refuses a field over 128 KiB by default; a recorded answer may be longer, and no field can be
+    # longer than the file, so the limit is raised to the file's size for this read and then restored.
+    with _CSV_LIMIT:
+        before = csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
+        try:
+            header = next(reader, None)
+            if header is None:
+                return [], []
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                raise RecordingError(f"{path}:1: header: column(s) {twice} appear more than once (which is meant "
+                                     "is not known)")
+            while True:
+                start = reader.line_num + 1
+                try:
+                    cells = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as e:  # a quote never closed, or a stray one
+                    raise RecordingError(f"{path}:{start}: not CSV: {e}") from None
+                if not cells:
+                    continue  # a blank line
+                if len(cells) != len(header):
+                    bad(RecordingError(f"{path}:{reader.line_num}: (row): {len(cells)} fields, the header names "
+                                       f"{len(header)}"))
+                    continue
+                rows.append((reader.line_num, dict(zip(header, cells))))  # line_num: where the row ends
+        finally:
+            csv.field_size_limit(before)
+    return header, rows
+
+
+def _parquet_rows(path: Path) -> tuple[list[str], list[tuple[int, Mapping[str, Any]]]]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RecordingError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
+    try:
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as e:  # a truncated file, a bad footer, an unsupported type
+        # Parquet has no lines: 0 stands for the file as a whole
+        raise RecordingError(f"{path}:0: not a readable Parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+    return list(table.column_names), list(enumerate(rows, 1))
+
+
+def _jsonl(path: Path, bad: _Skip) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                raise RecordingError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x})") from None
+                bad(RecordingError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x})"))
+                continue
             if not line.strip():
                 continue
             try:  # json.loads, not safejson: only the scalar fields are read, and each is checked
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise RecordingError(f"{path}:{lineno}: not JSON: {e.msg} (column {e.colno})") from None
+                bad(RecordingError(f"{path}:{lineno}: not JSON: {e.msg} (column {e.colno})"))
+                continue
+            except RecursionError:
+                bad(RecordingError(f"{path}:{lineno}: not readable: JSON nested too deeply"))
+                continue
             except ValueError as e:  # an integer too long to convert
-                raise RecordingError(f"{path}:{lineno}: {e}") from None
+                bad(RecordingError(f"{path}:{lineno}: {e}"))
+                continue
             if not isinstance(row, dict):
-                raise RecordingError(f"{path}:{lineno}: a row must be a JSON object, got {type(row).__name__}")
+                bad(RecordingError(f"{path}:{lineno}: a row must be a JSON object, got {type(row).__name__}"))
+                continue
             yield lineno, row
 
 
@@ -271,18 +401,37 @@ def _layout(s: ReplaySettings, columns: list[str]) -> str:
 def read_recording(path: str | os.PathLike, settings: ReplaySettings | None = None, **columns: Any) -> Recording:
     """Parse a recording file (no cache; `load_recording` caches). `settings` or keyword columns as in
     ReplaySettings (`model` is not needed: every model of the file is read). Raises RecordingError naming
-    the file, line and column of the first bad value."""
+    the file, line and column of the first bad value (or, with `on_error="skip"`, lists every bad row in
+    `Recording.skipped` and reads the rest)."""
     path = Path(path)
     s = settings or ReplaySettings(path=str(path), model=columns.pop("model", ""), **columns)
-    names, rows = _rows(path)
+    bad = _Skip(s.on_error == "skip")
+    names, rows = _rows(path, bad)
     layout = _layout(s, names)
-    if layout == "rows":
-        return Recording(path, layout, _read_rows(path, s, names, rows))
-    return Recording(path, layout, _read_wide(path, s, names, rows))
+    read = _read_rows if layout == "rows" else _read_wide
+    return Recording(path, layout, read(path, s, names, rows, bad), bad.lines)
+
+
+def _present(column: str, names: list[str]) -> bool:
+    """A column of the file, or a dotted path whose first step is one ("usage.prompt_tokens")."""
+    return column in names or ("." in column and column.split(".", 1)[0] in names)
+
+
+def _get(row: Mapping[str, Any], column: str) -> Any:
+    """The row's value of a column, or of a dotted path into nested objects (a column named with the
+    dots as written wins); None where the path leads nowhere."""
+    if column in row or "." not in column:
+        return row.get(column)
+    value: Any = row
+    for step in column.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(step)
+    return value
 
 
 def _need(path: Path, names: list[str], wanted: Iterable[str]) -> None:
-    missing = [c for c in wanted if c not in names]
+    missing = [c for c in wanted if not _present(c, names)]
     if missing:
         raise RecordingError(f"{path}: no column(s) {missing}; columns are {names}")
 
@@ -294,39 +443,63 @@ def _parse(path: Path, line: int, column: str, fn, value: Any) -> Any:
         raise RecordingError(f"{path}:{line}: {column}: {e}") from None
 
 
-def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows) -> dict[str, dict[str, Recorded]]:
+def _conflict(path: Path, s: ReplaySettings, answers: dict[str, Recorded], lines: dict[str, int], key: str,
+              rec: Recorded, line: int, model: str) -> RecordingError | None:
+    """The error of filing `rec` under `key` where the same question holds other values for the model,
+    unless `duplicates` says which wins."""
+    known = answers.get(key)
+    if known is None or known == rec or s.duplicates != "error":
+        return None
+    return RecordingError(f"{path}:{line}: {s.prompt_column}: this question is recorded for {model!r} at line "
+                          f"{lines[key]} too, with other values (say which wins: duplicates='first' or 'last')")
+
+
+def _keep(s: ReplaySettings, answers: dict[str, Recorded], lines: dict[str, int], key: str, rec: Recorded,
+          line: int) -> None:
+    if key not in answers or s.duplicates == "last":
+        answers[key], lines[key] = rec, line
+
+
+def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows, bad: _Skip) -> dict[str, dict[str, Recorded]]:
     response = s.response_column or "response"
     explicit = {f: getattr(s, f) for f in _OPTIONAL if f in s.model_fields_set and getattr(s, f) is not None}
     _need(path, names, [s.prompt_column, s.model_column, response, *explicit.values()])
     cols = {f: getattr(s, f) or default for f, default in _OPTIONAL.items()}
-    cols = {f: c for f, c in cols.items() if c in names}  # optional columns the file does not have: not recorded
-    parsers = {"grade_column": parse_grade, "tokens_in_column": _count, "tokens_out_column": _count,
-               "tokens_reasoning_column": _count, "tokens_cached_column": _count, "latency_column": _seconds}
+    cols = {f: c for f, c in cols.items() if _present(c, names)}  # optional columns the file lacks: not recorded
+    parsers = {"grade_column": parse_grade if s.grade_scale is None else scaled_grade(s.grade_scale),
+               "tokens_in_column": _count, "tokens_out_column": _count, "tokens_reasoning_column": _count,
+               "tokens_cached_column": _count, "latency_column": _seconds, "cost_column": _usd}
     out: dict[str, dict[str, Recorded]] = {}
+    where: dict[str, dict[str, int]] = {}  # model → key → the line it was read from
     keys: dict[str, str] = {}  # question → its normalised key: each question is asked of many models
     for line, row in rows:
-        question = row.get(s.prompt_column)
-        if not isinstance(question, (str, int)) or isinstance(question, bool) or not str(question).strip():
-            raise RecordingError(f"{path}:{line}: {s.prompt_column}: no question (empty or not text)")
-        model = row.get(s.model_column)
-        if model is None or not str(model).strip():
-            raise RecordingError(f"{path}:{line}: {s.model_column}: no model named")
-        values = {f: _parse(path, line, c, parsers[f], row.get(c)) for f, c in cols.items()}
-        rec = Recorded(text=_parse(path, line, response, _text, row.get(response)),
-                       grade=values.get("grade_column"), tokens_in=values.get("tokens_in_column"),
-                       tokens_out=values.get("tokens_out_column"),
-                       tokens_reasoning=values.get("tokens_reasoning_column"),
-                       tokens_cached=values.get("tokens_cached_column"), latency_s=values.get("latency_column"))
-        # The first answer wins should a question be recorded twice for one model.
-        text = str(question)
-        key = keys.get(text)
-        if key is None:
-            key = keys[text] = normalise(text)
-        out.setdefault(str(model), {}).setdefault(key, rec)
+        try:
+            question = _get(row, s.prompt_column)
+            if not isinstance(question, (str, int)) or isinstance(question, bool) or not str(question).strip():
+                raise RecordingError(f"{path}:{line}: {s.prompt_column}: no question (empty or not text)")
+            model = _parse(path, line, s.model_column, _model_name, _get(row, s.model_column))
+            values = {f: _parse(path, line, c, parsers[f], _get(row, c)) for f, c in cols.items()}
+            rec = Recorded(text=_parse(path, line, response, _text, _get(row, response)),
+                           grade=values.get("grade_column"), tokens_in=values.get("tokens_in_column"),
+                           tokens_out=values.get("tokens_out_column"),
+                           tokens_reasoning=values.get("tokens_reasoning_column"),
+                           tokens_cached=values.get("tokens_cached_column"), latency_s=values.get("latency_column"),
+                           cost_usd=values.get("cost_column"))
+            text = str(question)
+            key = keys.get(text)
+            if key is None:
+                key = keys[text] = normalise(text)
+            answers, lines = out.setdefault(model, {}), where.setdefault(model, {})
+            error = _conflict(path, s, answers, lines, key, rec, line, model)
+            if error is not None:
+                raise error
+            _keep(s, answers, lines, key, rec, line)
+        except RecordingError as e:
+            bad(e)
     return out
 
 
-def _read_wide(path: Path, s: ReplaySettings, names: list[str], rows) -> dict[str, dict[str, Recorded]]:
+def _read_wide(path: Path, s: ReplaySettings, names: list[str], rows, bad: _Skip) -> dict[str, dict[str, Recorded]]:
     if s.response_column:  # named explicitly: that column is the card's model
         models = {s.model: (s.response_column, s.grade_column or s.model)}
         _need(path, names, [s.prompt_column, s.response_column] + ([s.grade_column] if s.grade_column else []))
@@ -336,16 +509,27 @@ def _read_wide(path: Path, s: ReplaySettings, names: list[str], rows) -> dict[st
         if s.grade_column:
             models = {m: (r, s.grade_column) for m, (r, _) in models.items()}
         _need(path, names, [s.prompt_column])
+    grades = parse_grade if s.grade_scale is None else scaled_grade(s.grade_scale)
     out: dict[str, dict[str, Recorded]] = {m: {} for m in models}
+    where: dict[str, dict[str, int]] = {m: {} for m in models}
     for line, row in rows:
-        question = row.get(s.prompt_column)
-        if not isinstance(question, str) or not question.strip():
-            raise RecordingError(f"{path}:{line}: {s.prompt_column}: no question (empty or not text)")
-        key = normalise(question)
-        for model, (response, grade) in models.items():
-            rec = Recorded(text=_parse(path, line, response, _text, row.get(response)),
-                           grade=_parse(path, line, grade, parse_grade, row.get(grade)) if grade in names else None)
-            out[model].setdefault(key, rec)
+        try:
+            question = _get(row, s.prompt_column)
+            if not isinstance(question, str) or not question.strip():
+                raise RecordingError(f"{path}:{line}: {s.prompt_column}: no question (empty or not text)")
+            key = normalise(question)
+            found = {model: Recorded(
+                text=_parse(path, line, response, _text, _get(row, response)),
+                grade=_parse(path, line, grade, grades, _get(row, grade)) if _present(grade, names) else None)
+                for model, (response, grade) in models.items()}
+            for model, rec in found.items():  # the whole row is checked before any of it is kept
+                error = _conflict(path, s, out[model], where[model], key, rec, line, model)
+                if error is not None:
+                    raise error
+            for model, rec in found.items():
+                _keep(s, out[model], where[model], key, rec, line)
+        except RecordingError as e:
+            bad(e)
     return out
 
 
@@ -357,7 +541,7 @@ _LOCK = threading.Lock()  # one reader per file at a time; lookups of a loaded f
 def _identity(path: Path, s: ReplaySettings) -> tuple:
     """What the parse depends on besides the file's version: its real path and the column settings. The
     model is part of it only where it changes the parse (wide, with a named response column)."""
-    parse = s.model_dump(exclude={"path", "argument", "match", "output_includes_reasoning", "model"})
+    parse = s.model_dump(exclude={"path", "argument", "match", "output_includes_reasoning", "model", "billing"})
     model = s.model if s.response_column and s.layout != "rows" else ""
     return str(path.resolve()), model, tuple(sorted(parse.items()))
 
@@ -457,7 +641,19 @@ class ReplayTool(Tool):
                                             "call)", error_kind="tool_failure")
         else:
             values.update(content=found.text.strip(), meta={} if found.grade is None else {"grade": found.grade})
+        if found.cost_usd is not None:  # billed in __call__, after the card's price is applied
+            values.setdefault("meta", {})["recorded_cost_usd"] = found.cost_usd
         return new_observation(values)
+
+    async def __call__(self, arguments: dict[str, Any] | None = None, context: ToolContext | None = None, *,
+                       timeout_s: float | None = None) -> Observation:
+        """Tool.__call__, then a call with a recorded cost is billed that cost (`billing: recorded`):
+        the bill as it was paid (a discount, a negotiated rate), which no price per token reproduces."""
+        obs = await super().__call__(arguments, context, timeout_s=timeout_s)
+        recorded = obs.meta.get("recorded_cost_usd")
+        if recorded is not None and self.settings.billing == "recorded" and obs.error_kind != "timeout":
+            set_fields(obs, {"cost_usd": recorded})
+        return obs
 
 
 # ---------------------------------------------------------------------------------------------- building
@@ -466,21 +662,32 @@ _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def replay_cards(path: str | os.PathLike, models: Iterable[str] | None = None, *,
                  prices: Mapping[str, Price | Mapping[str, float]] | PriceTable | None = None,
-                 latency: Latency | Mapping[str, float] | None = None, description: str | None = None,
-                 **settings: Any) -> list[ToolCard]:
+                 latency: Latency | Mapping[str, Any] | None = None, description: str | None = None,
+                 output_includes_reasoning: bool | Mapping[str, bool] = False, **settings: Any) -> list[ToolCard]:
     """One `final`, `input: task` replay card per model of a recording (default: every model in it).
 
     Names are the model names with characters a tool name cannot hold replaced by `_`. `prices` maps a
     model to its Price (a model without one is free: say so explicitly with `Price()`), or is a price
     table (`orchlib.prices.load_prices()`), which must price every chosen model (a configuration such as
-    "gpt-5/high" takes the row of "gpt-5"); `settings` are ReplaySettings columns. Cards made here have
-    no file: pass an absolute `path`."""
+    "gpt-5/high" takes the row of "gpt-5"). Recordings that mix providers mix conventions, so two settings
+    may be given per model: `latency` is one Latency (or its fields, `{"seconds": 2}`) for every model, or
+    `{model: Latency | {"seconds": ...} | seconds}`; `output_includes_reasoning` one bool, or `{model:
+    bool}` (a model left out: False). `settings` are ReplaySettings columns. With `on_error="skip"`, the
+    rows left out are warned about and listed in `load_recording(...).skipped`. Cards made here have no
+    file: pass an absolute `path`."""
     path = Path(path)
     s = ReplaySettings(path=str(path), model="", **settings)
     recording = load_recording(path, s)
+    if recording.skipped:
+        shown = "\n  ".join(recording.skipped[:20])
+        more = f"\n  … and {len(recording.skipped) - 20} more" if len(recording.skipped) > 20 else ""
+        warnings.warn(f"{path}: {len(recording.skipped)} bad row(s) left out (on_error='skip'; "
+                      f"load_recording(...).skipped lists every one):\n  {shown}{more}", stacklevel=2)
     chosen = list(models) if models is not None else recording.models
     table = prices if isinstance(prices, PriceTable) else None
     prices = {} if table is not None else dict(prices or {})
+    latencies = _per_model(latency, chosen, "latency", _latency)
+    reasoning = _per_model(output_includes_reasoning, chosen, "output_includes_reasoning", _flag)
     cards, names = [], {}
     for model in chosen:
         recording.answers(model)  # an unknown model is an error here, not at the first call
@@ -495,13 +702,48 @@ def replay_cards(path: str | os.PathLike, models: Iterable[str] | None = None, *
                 raise ValueError(e.args[0]) from None
         else:
             price = prices.get(model, Price())
+        backend = {**settings, "path": str(path.resolve()), "model": model}
+        if reasoning(model):
+            backend["output_includes_reasoning"] = True
         cards.append(ToolCard(
             name=name, kind="replay", final=True, input="task", tags=["model", "replay"],
             description=description or f"{model}: solves the task itself (recorded answers); its answer is final.",
-            backend={**settings, "path": str(path.resolve()), "model": model},
-            price=price if isinstance(price, Price) else Price(**price),
-            latency=latency if isinstance(latency, Latency) else Latency(**(latency or {}))))
+            backend=backend, price=price if isinstance(price, Price) else Price(**price),
+            latency=latencies(model)))
     return cards
+
+
+_LATENCY_FIELDS = frozenset(Latency.model_fields)
+
+
+def _latency(value: Any) -> Latency:
+    if isinstance(value, Latency):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Latency(seconds=value)
+    return Latency(**(value or {}))
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, not {value!r}")
+    return value
+
+
+def _per_model(value: Any, models: list[str], what: str, convert):
+    """`model -> setting` from one setting for every model or a mapping model → setting (a model it
+    leaves out gets the default); a mapping naming a model not chosen is an error (a typo would
+    otherwise be lost)."""
+    per_model = isinstance(value, Mapping) and not (what == "latency" and set(value) <= _LATENCY_FIELDS)
+    if not per_model:
+        one = convert(value)
+        return lambda model: one
+    unknown = sorted(set(value) - set(models))
+    if unknown:
+        raise ValueError(f"{what} names models {unknown} that are not among the recording's chosen models {models}")
+    converted = {m: convert(v) for m, v in value.items()}
+    default = convert(None if what == "latency" else False)
+    return lambda model: converted.get(model, default)
 
 
 def write_recording(table: Any, path: str | os.PathLike) -> Path:

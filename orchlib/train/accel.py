@@ -9,13 +9,28 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["resolve_mixed_precision", "make_accelerator"]
+__all__ = ["resolve_mixed_precision", "make_accelerator", "cpu_has_amx"]
+
+
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX's bf16 tiles (Intel Xeon from Sapphire Rapids on): there bf16 matrix
+    products run about twice as fast as fp32 (SmolLM2-135M's update: 3.2 against 6.3 ms per trained id);
+    elsewhere (AVX2, AVX-512 without AMX) bf16 is emulated and slower than fp32. Linux only."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_bf16" in line for line in f)
+    except OSError:
+        return False
 
 
 def resolve_mixed_precision(choice: str) -> str:
-    """'auto' → 'bf16' on a GPU that has it, else 'no'; any other value as given."""
+    """'auto' → 'bf16' on a GPU that has it, else 'no'; 'amx' → as 'auto', and also 'bf16' on a CPU with
+    AMX (`cpu_has_amx`); any other value as given."""
+    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if choice == "auto":
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+        return "bf16" if gpu_bf16 else "no"
+    if choice == "amx":
+        return "bf16" if gpu_bf16 or (not torch.cuda.is_available() and cpu_has_amx()) else "no"
     return choice
 
 

@@ -68,8 +68,9 @@ class GRPOConfig(BaseModel):
                                     "many steps (TRL's default shape); None keeps it constant, as the paper")
     lora: LoraSettings | None = Field(None, description="None = full fine-tuning (the paper's); LoRA for a "
                                                         "large policy on a small GPU")
-    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field("auto", description="auto: bf16 where the "
-                                                                   "GPU has it, else fp32 (CPU autocast is slower)")
+    mixed_precision: Literal["auto", "amx", "no", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 where the GPU has it, else fp32 (CPU autocast is slower); amx: also bf16 on "
+                            "a CPU with AMX, where it is ~2x faster")
     log_with: str | None = Field(None, description="an Accelerate tracker: 'tensorboard', 'wandb', ...; None: "
                                                    "the history is kept in memory and in checkpoints only")
     project_dir: str | None = Field(None, description="where trackers write (tensorboard needs it)")

