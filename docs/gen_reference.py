@@ -27,6 +27,7 @@ OUT = Path(__file__).with_name("reference.md")
 SECTIONS: list[tuple[str, list[str]]] = [
     ("Training", ["orchlib.train.run:RunConfig", "orchlib.train.config:GRPOConfig",
                   "orchlib.train.config:LoraSettings", "orchlib.train.sft:SFTConfig",
+                  "orchlib.train.evaluation:RunEvaluation",
                   "orchlib.train.variants:VariantConfig"]),
     ("Rollouts and policies", ["orchlib.rollout:RolloutConfig", "orchlib.engines.base:SamplingParams",
                                "orchlib.engines.openai:APIPolicyConfig", "orchlib.engines.vllm:VLLMConfig"]),

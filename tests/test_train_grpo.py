@@ -1,4 +1,9 @@
-"""SFT warm start + GRPO on the tiny model: the format is learned, then the better tool is learned."""
+"""SFT warm start + GRPO on the tiny model: the format is learned, then an update moves the policy towards
+the better tool.
+
+The GRPO tests roll out with a scripted engine (tests/train_worker.py's `scripted_engine`): which tool each
+episode calls is chosen, and each written id carries the policy's own log-prob, so the rewards, the kept
+groups and the advantages are the same on every CPU and what is checked is true by construction."""
 
 from __future__ import annotations
 
@@ -16,8 +21,28 @@ from orchlib.rollout import RolloutConfig, rollout
 from orchlib.train import GRPOConfig, LoraSettings, Trainer, VariantConfig, golden_trajectories, lr_factor
 from orchlib.train.loss import token_logprobs
 from orchlib.train.variants import QuotaDraw, balanced_draw
+from train_worker import scripted_engine
 
 PAIRED = VariantConfig(paired_profiles=("accuracy", "thrifty"))
+
+# Scripts for paired profiles (group_size 8: a task's first 8 episodes are under "accuracy", the next 8
+# under "thrifty"). A mixed group calls both tools, so `right` (outcome 1) and `wrong` (outcome 0) get
+# different rewards under either profile and the group is kept; a group that calls one tool only has
+# rewards all equal and is left out.
+MIXED, ALL_RIGHT, ALL_WRONG = ["right", "wrong"] * 4, ["right"] * 8, ["wrong"] * 8
+PAIRED_SCRIPTS = [(MIXED, MIXED), (MIXED, ALL_RIGHT), (ALL_WRONG, MIXED), (ALL_RIGHT, ALL_WRONG)]
+
+
+def _paired_scripts(tasks) -> dict[str, list[str]]:
+    """Task i's 16 episodes: the (accuracy, thrifty) pair PAIRED_SCRIPTS[i % 4]."""
+    return {t.id: a + b for i, t in enumerate(tasks) for a, b in [PAIRED_SCRIPTS[i % len(PAIRED_SCRIPTS)]]}
+
+
+def _scripted(trainer, script):
+    """The trainer's rollouts written by `script`, each id with the trainer's own policy's log-prob."""
+    trainer.engine = scripted_engine(trainer.tokenizer, trainer.tasks, script,
+                                     model=trainer.accelerator.unwrap_model(trainer.model))
+    return trainer.engine
 
 
 def test_golden_trajectories_sample_both_tools_and_sft_learns_the_format(toy_warm):
@@ -37,10 +62,6 @@ def test_golden_trajectories_each_writes_every_alternative_once_per_task(tiny_po
     assert all(t.finish_reason == "final_tool" and t.errors == {} for t in gold)
     with pytest.raises(ValueError, match='"draw" or "each"'):
         golden_trajectories(tasks, toy_toolbox(), tiny_policy[1], alternatives="all")
-
-
-def _mean(reports, key):
-    return sum(r.metrics.get(key, 0.0) for r in reports) / len(reports)
 
 
 def _update_grads(trainer, trajs, adv, group_size) -> dict[str, torch.Tensor]:
@@ -80,24 +101,45 @@ def _assert_grads_match(grads, check) -> None:
     assert any(g.abs().sum() > 0 for g in grads.values())
 
 
-def test_grpo_raises_reward_and_best_tool_share(toy_warm):
-    # the default lr (5e-4): at 1e-3 two Adam steps from a 50/50 start can cost the tiny policy its format
-    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0)
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
+def _name_logprob(model, traj, tok) -> float:
+    """log p of the ids spelling the first called tool's name, at their place in `traj` (temperature 1)."""
+    span = _name_spans(traj, tok)[0]
+    ids = torch.tensor([traj.ids[:span.stop]], device=model.device)
+    with torch.no_grad():
+        logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0]
+    return float(logp[span.start - 1:span.stop - 1].sum())
+
+
+def test_a_grpo_step_raises_the_rewarded_call_and_lowers_the_other(toy_warm):
+    # Each task's 8 rollouts call `right` (outcome 1) and `wrong` (outcome 0) four times each: every group
+    # is kept and `right` has the positive advantage by construction. After one update, the policy gives
+    # the name `right` a higher log-prob and `wrong` a lower one, on fixed conversations (one of each per
+    # task, written before the step), and every weight moved.
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0, tasks_per_step=4)
+    tasks = toy_tasks(4)
+    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(),
                       Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+    tok, model = trainer.tokenizer, trainer.accelerator.unwrap_model(trainer.model)
+    fixed = rollout(tasks, trainer.toolbox, scripted_engine(tok, tasks, ["right", "wrong"]), cfg.rollout,
+                    group_size=2)
+    _scripted(trainer, ["right", "wrong"] * 4)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    reports = trainer.run(12, progress=False)
-    first, last = reports[:3], reports[-3:]
-    assert _mean(first, "errors") < 0.3  # the warm start makes well-formed calls
-    assert _mean(last, "reward") > _mean(first, "reward") + 0.2
-    assert _mean(last, "share/right") > _mean(first, "share/right") + 0.2
+    was = [_name_logprob(model, t, tok) for t in fixed]
+    report = trainer.step()
+    assert report.rewards == [1.0, 0.0] * 16 and report.metrics["groups_kept"] == 4
+    assert all((a > 0) == (r == 1.0) for a, r in zip(report.advantages, report.rewards))
+    now = [_name_logprob(model, t, tok) for t in fixed]
+    assert [t.turns[0].calls[0].name for t in fixed] == ["right", "wrong"] * 4
+    assert all(b > a for a, b in zip(was[0::2], now[0::2])), (was, now)  # `right`, rewarded: up
+    assert all(b < a for a, b in zip(was[1::2], now[1::2])), (was, now)  # `wrong`: down
     unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(before[n], p)]
     assert unchanged == []
-    m = reports[-1].metrics
+    m = report.metrics
     for key in ("accuracy", "cost_usd", "latency_s", "calls/right", "tokens", "grad_norm", "entropy",
                 "clip_frac", "time/rollout", "time/update", "groups_kept", "groups_filtered", "reward/reward"):
         assert key in m, key
-    assert len(reports[-1].trajectories) == 4 * 8 and len(trainer.history) == 12
+    assert m["share/right"] == m["accuracy"] == 0.5 and m["clip_frac"] == 0.0  # the ratio starts at 1
+    assert len(report.trajectories) == 4 * 8 and len(trainer.history) == 1
 
 
 def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm):
@@ -106,12 +148,15 @@ def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm)
     model, tok = load_policy(toy_warm[0])
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    _scripted(trainer, ["right", "wrong"] * 4)  # every group kept: each of the 3 steps updates the adapter
     assert trainer.ref_model is None  # no second copy with PEFT
     trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if n in trainable}
     reports = trainer.run(3, progress=False)
-    assert all(r.metrics.get("kl", 0.0) >= 0.0 for r in reports) and any("kl" in r.metrics for r in reports)
+    assert all(r.metrics["groups_kept"] == 4 and r.metrics["kl"] >= 0.0 for r in reports)
+    assert reports[0].metrics["kl"] == 0.0  # the adapter's B starts at 0: the policy is its reference
+    # B moves at the first step; A, whose gradient is 0 while B is, from the second
     changed = [n for n, p in trainer.model.named_parameters() if n in trainable and not torch.equal(before[n], p)]
     assert len(changed) == len(trainable)
     frozen = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
@@ -132,22 +177,29 @@ def test_a_task_without_p_is_rewarded_under_the_p_its_prompt_shows(toy_warm):
 
 
 def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm):
-    # independent count: a group is kept when its rewards are not all equal (min_reward_spread default)
+    # independent count: a group is kept when its rewards are not all equal (min_reward_spread default);
+    # the scripts decide which groups those are (the mixed ones), so both counts are known in advance
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=PAIRED.hooks())
+    scripts = _paired_scripts(trainer.tasks)
+    _scripted(trainer, scripts)
     G, seen = cfg.group_size, {"accuracy": 0, "thrifty": 0}
     for report in trainer.run(3, progress=False):
         want = {"accuracy": 0, "thrifty": 0}
+        scripted = {"accuracy": 0, "thrifty": 0}
         for i in range(0, len(report.rewards), G):
-            prof = report.trajectories[i].preference["name"]
+            traj = report.trajectories[i]
+            prof = traj.preference["name"]
             want[prof] += len(set(report.rewards[i:i + G])) > 1
+            half = scripts[traj.task_id][:G] if prof == "accuracy" else scripts[traj.task_id][G:]
+            scripted[prof] += half == MIXED
         got = {p: report.metrics[f"profile/{p}/groups_kept"] for p in want}
-        assert got == want
+        assert got == want == scripted
         assert sum(got.values()) == report.metrics["groups_kept"]
         for p in seen:
             seen[p] += want[p]
-    assert sum(seen.values()) > 0  # the check above compared real kept groups, not only zeros
+    assert min(seen.values()) > 0  # the check above compared real kept groups of both profiles, not only zeros
 
 
 def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_called_it(toy_warm):
@@ -155,6 +207,7 @@ def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_calle
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=PAIRED.hooks())
+    _scripted(trainer, _paired_scripts(trainer.tasks))  # mixed groups push, one-tool groups do not
     G, compared = cfg.group_size, 0
     for report in trainer.run(3, progress=False):
         sums, counts = {}, {}
@@ -171,7 +224,7 @@ def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_calle
         for k in sums:
             assert got[k] == pytest.approx(sums[k] / counts[k], abs=1e-9)
             compared += sums[k] != 0.0
-    assert compared > 0  # some of the means compared were real pushes, not only zeros
+    assert compared > 0  # some of the means compared were real pushes, not only zeros (the mixed groups')
 
 
 def _name_spans(traj, tok) -> list[range]:
@@ -195,7 +248,8 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
     model, tok = load_policy(toy_warm[0])
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
                       hooks=VariantConfig(policy_tokens="tool_names").hooks())
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, _scripted(trainer, ["right", "wrong", "right"]), cfg.rollout,
+                    group_size=3)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5]
     grads = _update_grads(trainer, trajs, adv, 3)
 
@@ -223,6 +277,8 @@ def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_wa
                              contrast_unseen=unseen)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=variants.hooks())
+    # `right` has a positive mean advantage in every mixed group: its shared part is not 0 by construction
+    _scripted(trainer, _paired_scripts(trainer.tasks))
     G, moved = cfg.group_size, 0
     for report in trainer.run(3, progress=False):
         groups = [list(range(i, i + G)) for i in range(0, len(report.rewards), G)]
@@ -266,6 +322,7 @@ def test_decay_steps_sets_the_lr_each_update_uses(toy_warm):
                      min_reward_spread=None)  # every group kept: every step is an optimizer step
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                       Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+    _scripted(trainer, ["right", "wrong"] * 4)  # rewards that differ: the updates before the last move weights
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     lrs = [r.metrics["lr"] for r in trainer.run(5, progress=False)]
     assert lrs == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0])
@@ -284,8 +341,8 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     model, tok = load_policy(toy_warm[0])
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
                       hooks=VariantConfig(kl_tokens="not_names", kl_estimator=estimator).hooks())
-    # sampled before the move: the moved policy need not keep the call format, and names are the point here
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=3)
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, _scripted(trainer, ["right", "wrong", "right"]), cfg.rollout,
+                    group_size=3)
     grads, check, ref = _kl_grads_off_reference(trainer, trajs, 3, toy_warm[0])
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, n_kept = 0.0, 0
@@ -323,7 +380,8 @@ def test_kl_tokens_not_choice_merges_the_tried_tools_at_the_choice(toy_warm):
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
                       hooks=variants.hooks())
     G = 3
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=G)
+    trajs = rollout(toy_tasks()[:2], trainer.toolbox, _scripted(trainer, ["right", "wrong", "right"]), cfg.rollout,
+                    group_size=G)
     grads, check, ref = _kl_grads_off_reference(trainer, trajs, G, toy_warm[0])
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, merged = 0.0, 0
@@ -350,7 +408,7 @@ def test_kl_tokens_not_choice_merges_the_tried_tools_at_the_choice(toy_warm):
                 else:
                     loss = loss + (lp.exp() * (lp - rp)).sum()
     (cfg.kl_coef * loss / n_sampled).backward()
-    assert merged >= 2
+    assert merged == len(trajs)  # every rollout's choice, each group having tried both tools
     _assert_grads_match(grads, check)
 
 
@@ -362,7 +420,9 @@ def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choic
     model, tok = load_policy(toy_warm[0])
     trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
                       hooks=VariantConfig(policy_tokens="tool_names", choice_gradient="expected").hooks())
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=4)
+    tasks = toy_tasks()[:2]
+    script = {tasks[0].id: ["right", "right", "wrong", "right"], tasks[1].id: ["wrong", "right", "wrong", "wrong"]}
+    trajs = rollout(tasks, trainer.toolbox, _scripted(trainer, script), cfg.rollout, group_size=4)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5, -0.75, 0.3]
     groups = [(trajs[:4], adv[:4]), (trajs[4:], adv[4:])]
     choices = [c for _, c in trainer.hooks.token_loss.prepare([g for g, _ in groups], [a for _, a in groups], tok)]
@@ -388,7 +448,7 @@ def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choic
                     if i - 1 != at:
                         loss = loss - x * logp[i - 1]
     (loss / n_sampled).backward()
-    assert two_tools > 0 and all(c is not None for c in choices)
+    assert two_tools == 2 and all(c is not None for c in choices)
     assert set(grads) == {n for n, _ in check.named_parameters()}
     _assert_grads_match(grads, check)
 

@@ -39,8 +39,10 @@ PAIRED_SCRIPT = ["right", "right", "right", "wrong", "right", "wrong", "wrong", 
 
 
 def scripted_engine(tokenizer, tasks, script=PAIRED_SCRIPT, model=None):
-    """An engine that writes, as the g-th episode of a task in each rollout, one call to the tool
-    `script[g]` (`script`: a list of tool names for every task, or {task id: list}) instead of sampling.
+    """An engine that writes, as the k-th episode of a task in each rollout, one call to the tool
+    `script[k]` (`script`: a list of tool names for every task, or {task id: list}) instead of sampling.
+    Episodes are numbered across the task's groups in the rollout's order, so with paired profiles the
+    second profile's group gets `script[G:2G]`.
 
     With `model`, each written id carries the policy's own log-prob of it under the rollout's temperature,
     as a sampling engine reports it, so an update on these rollouts starts from a ratio of 1; without it,
@@ -52,6 +54,14 @@ def scripted_engine(tokenizer, tasks, script=PAIRED_SCRIPT, model=None):
     class Engine(ScriptedEngine):
         def clear_prefix_cache(self) -> None:  # nothing is cached: the text is given
             pass
+
+        def start_rollout(self, episodes) -> None:  # a task's episodes 0, 1, ... over all of its groups
+            seen: dict[str, int] = {}
+            numbered = []
+            for task_id, _ in episodes:
+                numbered.append((task_id, seen.get(task_id, 0)))
+                seen[task_id] = numbered[-1][1] + 1
+            super().start_rollout(numbered)
 
         def generate(self, prompts, params, stop_ids=()):
             out = super().generate(prompts, params, stop_ids)

