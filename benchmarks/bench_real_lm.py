@@ -26,25 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="ascii", errors="replace"):
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                flags = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
-                kind = "AMX" if "amx_bf16" in flags else "AVX-512" if "avx512f" in flags else "AVX2"
-                return f"{name} ({kind})"
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def run_seed(config: str, seed: int, out: Path) -> dict:
@@ -53,6 +39,7 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     from orchlib.evaluate import anchored_reward, reference_runs
     from orchlib.models import load_policy
     from orchlib.rollout import rollout
+    from orchlib.train.accel import cpu_description
     from orchlib.train.evaluation import well_formed
     from orchlib.train.run import RunConfig, load_world, run_training
 
@@ -88,7 +75,7 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     across = ev["reward_across"]
     k = min(10, len(anchored))
     row = {
-        "seed": seed, "cpu": cpu_name(),
+        "seed": seed, "cpu": cpu_description(),
         "well_formed_before_sft": before_sft,
         "well_formed_after_sft": ev["well_formed"]["before RL"],
         "well_formed_after_grpo": ev["well_formed"]["after RL"],

@@ -44,6 +44,7 @@ from orchlib.atomic import write_text_atomic
 from orchlib.baselines import BASELINES, EVAL_ROLLOUT, collector_paused, make_baselines, try_routes
 from orchlib.baselines import run_routes
 from orchlib.chat import CALL_OPENING
+from orchlib.env import Environment, RewardFunction, as_reward, bind_older
 from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_preference, tool_schemas
 from orchlib.tasks import PROFILES, Preference, Task
 from orchlib.trajectory import Trajectory, to_json_line, write_jsonl
@@ -245,13 +246,17 @@ def compare(reports: Mapping[str, EvalReport] | Sequence[EvalReport],
 
 
 # ---------------------------------------------------------------------------------------------- evaluate
-def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: RolloutConfig | None = None,
-             group_size: int = 1, name: str | None = None, seed: int | None = 0, *,
-             batch_size: int | None = None, trajectories_to: str | os.PathLike | None = None) -> EvalReport:
-    """Run `policy` (an Engine: a trained orchestrator or a baseline) on every task, `group_size` times.
+def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutConfig | None = None,
+             group_size: int = 1, name: str | None = None, seed: int | None = 0, tasks: Sequence[Task] | None = None,
+             reward: RewardFunction | None = None, batch_size: int | None = None,
+             trajectories_to: str | os.PathLike | None = None) -> EvalReport:
+    """Run `policy` (an Engine: a trained orchestrator or a baseline) on every task of `env`'s test split
+    (or `tasks`), `group_size` times, with the environment's toolbox, reward and prompt settings
+    (`config`: EVAL_ROLLOUT unless given; `reward` replaces the environment's).
 
-    `reward` is an `orchlib.reward.Reward` (or any `fn(group, P=...) -> array`); rewards are computed per
-    task group under the task's own P, so with `group_size=1` group-normalised terms are degenerate.
+    The reward is any `RewardFunction` (an `orchlib.reward.Reward`, or any `fn(group, P=...) -> array`);
+    rewards are computed per task group under the task's own P, so with `group_size=1` group-normalised
+    terms are degenerate. Without a reward the report has no reward column.
 
     At scale: `batch_size` runs the tasks `batch_size` at a time (one rollout each; None: all at once),
     with automatic garbage collection paused while a batch runs (`orchlib.baselines.collector_paused`).
@@ -260,7 +265,31 @@ def evaluate(policy, tasks: Sequence[Task], toolbox, reward=None, config: Rollou
     batch by batch (it appears whole, or not at all) and keeps only what the metrics need of each
     (`TrajectoryFigures`): the report's `trajectories` is then empty and `trajectories_path` says where
     they are.
+
+    `config`, `group_size`, `name` and `seed` may also follow `env` positionally. The older form
+    `evaluate(policy, tasks, toolbox, reward, config, group_size, name, seed)` still works.
     """
+    defaults = {"reward": None, "config": None, "group_size": 1, "name": None, "seed": 0}
+    given = {"reward": reward, "config": config, "group_size": group_size, "name": name, "seed": seed}
+    if isinstance(env, Environment):
+        args = bind_older("evaluate(policy, env, ...)", ("config", "group_size", "name", "seed"), older, given,
+                          defaults)
+        if tasks is None and not env.test:
+            raise ValueError(f"environment {env.name!r} has no test tasks: pass tasks= (e.g. env.train)")
+        tasks = env.test if tasks is None else tasks
+        toolbox, reward = env.tools, env.reward if args["reward"] is None else as_reward(args["reward"])
+        config = env.rollout_config(args["config"] or EVAL_ROLLOUT)
+    else:
+        if tasks is not None:
+            raise TypeError("tasks= goes with an Environment: evaluate(policy, env, tasks=...); the older form "
+                            "takes the tasks second: evaluate(policy, tasks, toolbox, ...)")
+        if not older:
+            raise TypeError("evaluate takes a policy and an Environment, evaluate(policy, env, ...), or the older "
+                            "evaluate(policy, tasks, toolbox, ...)")
+        args = bind_older("evaluate(policy, tasks, toolbox, ...)",
+                          ("toolbox", "reward", "config", "group_size", "name", "seed"), older, given, defaults)
+        tasks, toolbox, reward, config = env, args["toolbox"], args["reward"], args["config"]
+    group_size, name, seed = args["group_size"], args["name"], args["seed"]
     tasks = list(tasks)
     config = config or EVAL_ROLLOUT
     if batch_size is not None and batch_size < 1:

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls,
                           template_renders_tools, tools_block)
-from orchlib.engines.base import Engine, SamplingParams
+from orchlib.engines.base import ChatPolicy, Engine, SamplingParams
+from orchlib.env import Environment, bind_older
 from orchlib.envs.users import make_user
 from orchlib.tasks import Preference, Task
 # run_sync: one sync bridge for the library (works inside Jupyter's loop)
@@ -181,15 +182,45 @@ class _Episode:
         return self.traj.to_messages()  # the task's prompt (when not empty), then every turn in order
 
 
-def rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig = RolloutConfig(),
-            group_size: int = 1, seed: int | None = None, *, return_envs: bool = False):
-    """Run `group_size` episodes of every task; returns trajectories task-major (task 0's G first), and
-    with `return_envs=True` a pair `(trajectories, envs)`: each episode's env as it ended (None for a
-    task without one), in the same order.
+def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *older,
+            config: RolloutConfig | None = None, group_size: int = 1, seed: int | None = None,
+            tasks: Sequence[Task] | None = None, return_envs: bool = False):
+    """Run `group_size` episodes of every task of `env` (its train split, or `tasks`), with the
+    environment's toolbox and prompt settings (`Environment.rollout_config`); returns trajectories
+    task-major (task 0's G first), and with `return_envs=True` a pair `(trajectories, envs)`: each
+    episode's env as it ended (None for a task without one), in the same order.
 
     `engine` is a local Engine (token in, token out) or an API policy that speaks messages
-    (`orchlib.engines.openai.OpenAIPolicy`: anything with `chat`), whose episodes run independently,
-    up to its `max_in_flight` at once; its trajectories hold no token ids (`meta["trainable"]` False)."""
+    (`ChatPolicy`, e.g. `orchlib.engines.openai.OpenAIPolicy`), whose episodes run independently,
+    up to its `max_in_flight` at once; its trajectories hold no token ids (`meta["trainable"]` False).
+
+    `config`, `group_size` and `seed` may also follow the engine positionally. The older form
+    `rollout(tasks, toolbox, engine, config, group_size, seed)` still works: the tasks and the toolbox
+    as given, the config as it is."""
+    defaults = {"config": None, "group_size": 1, "seed": None}
+    given = {"config": config, "group_size": group_size, "seed": seed}
+    if isinstance(env, Environment):
+        args = bind_older("rollout(env, engine, ...)", ("config", "group_size", "seed"), older, given, defaults)
+        run = env.train if tasks is None else tasks
+        if tasks is None and not run:
+            raise ValueError(f"environment {env.name!r} has no train tasks: pass tasks= (e.g. env.test)")
+        toolbox, cfg = env.tools, env.rollout_config(RolloutConfig() if args["config"] is None else args["config"])
+    else:
+        if tasks is not None:
+            raise TypeError("tasks= goes with an Environment: rollout(env, engine, tasks=...); the older form "
+                            "takes the tasks first: rollout(tasks, toolbox, engine, ...)")
+        if not older:
+            raise TypeError("rollout takes an Environment and an engine, rollout(env, engine, ...), or the older "
+                            "rollout(tasks, toolbox, engine, ...)")
+        args = bind_older("rollout(tasks, toolbox, engine, ...)", ("engine", "config", "group_size", "seed"), older,
+                          given, defaults)
+        run, toolbox, engine, cfg = env, engine, args["engine"], (RolloutConfig() if args["config"] is None
+                                                                  else args["config"])
+    return _rollout(run, toolbox, engine, cfg, args["group_size"], args["seed"], return_envs)
+
+
+def _rollout(tasks: Sequence[Task], toolbox, engine: Engine | ChatPolicy, config: RolloutConfig, group_size: int,
+             seed: int | None, return_envs: bool):
     if callable(getattr(engine, "chat", None)):
         done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size))
     else:
@@ -299,7 +330,7 @@ def _append_context(ep, seg_ids: list[int], config: RolloutConfig) -> None:
 _INSTANT_CHECKERS = frozenset({"exact", "contains", "mentions", "numeric"})
 
 
-async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfig, group_size: int
+async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: RolloutConfig, group_size: int
                         ) -> list[_Episode]:
     """The loop for a policy reached by messages (an API): each episode runs on its own, at most
     `engine.max_in_flight` at once, so a server's latency overlaps across episodes. Tools, accounting
@@ -337,7 +368,7 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine, config: RolloutConfi
     return [ep for ep, _ in episodes]
 
 
-async def _chat_episode(ep: _Episode, messages: list[dict], engine, session, toolbox, config: RolloutConfig) -> str:
+async def _chat_episode(ep: _Episode, messages: list[dict], engine: ChatPolicy, session, toolbox, config: RolloutConfig) -> str:
     """Turns until an answer (or the user's end), a `final` tool or `max_turns`; returns the finish reason."""
     while True:
         try:

@@ -10,6 +10,7 @@ import numpy as np
 from orchlib.demo.config import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
+from orchlib.train.accel import cpu_description
 from orchlib.train.evaluation import controllability as run_controllability
 from orchlib.train.evaluation import controllability_by_category as run_controllability_by_category
 from orchlib.train.evaluation import tool_share
@@ -90,7 +91,8 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
     first10, last10 = _ends([h["reward_anchored"] for h in history if "reward_anchored" in h])
     in_group = _ends([h["reward"] for h in history])
     m: dict[str, Any] = {
-        "config": config.model_dump(), "seed": config.seed, "policies": policies, "reward_across": across,
+        "config": config.model_dump(), "seed": config.seed, "cpu": cpu_description(), "policies": policies,
+        "reward_across": across,
         "controllability_points": controllability(after.trajectories),
         "controllability_points_before_rl": controllability(before.trajectories),
         "controllability_by_category": {"orchestrator": controllability_by_category(after.trajectories),
@@ -182,5 +184,8 @@ def table_text(m: dict[str, Any]) -> str:
              f"generalist: {_listed(m['generalist_advantage_per_step'], '+.3f')}",
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
              + f"; total {m['wall_total_s']:.1f}s",
-             "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())]
+             "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items()),
+             f"these checks are what this run showed on this machine ({m.get('cpu', 'unknown CPU')}): what training "
+             "learns turns on float rounding, which differs between CPU kinds (AVX2, AVX-512, AMX), so a check can "
+             "pass on one and fail on another; benchmarks/bench_demo.py measures the bars over seeds"]
     return "\n".join(lines)

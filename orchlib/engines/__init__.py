@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from orchlib.engines.base import Engine, GenerateResult, Generation, SamplingParams
+from orchlib.engines.base import ChatPolicy, Engine, GenerateResult, Generation, SamplingParams, TrainableEngine
 from orchlib.engines.scripted import ScriptedEngine
 
 # name -> module, for engines whose import is heavy (torch, transformers, vllm, httpx)
@@ -20,7 +20,8 @@ _LAZY: dict[str, str] = {
     "VLLMServerEngine": "orchlib.engines.vllm_server",
 }
 
-__all__ = ["Engine", "GenerateResult", "Generation", "SamplingParams", "ScriptedEngine", *_LAZY]
+__all__ = ["Engine", "TrainableEngine", "ChatPolicy", "GenerateResult", "Generation", "SamplingParams",
+           "ScriptedEngine", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

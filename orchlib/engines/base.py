@@ -8,11 +8,11 @@ truncation — the distribution the trainer recomputes).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncContextManager, Literal, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["SamplingParams", "Generation", "GenerateResult", "Engine"]
+__all__ = ["SamplingParams", "Generation", "GenerateResult", "Engine", "TrainableEngine", "ChatPolicy"]
 
 
 class SamplingParams(BaseModel):
@@ -49,9 +49,39 @@ class GenerateResult:
 
 @runtime_checkable
 class Engine(Protocol):
-    """What the rollout needs from a generation backend."""
+    """A generating engine: what the rollout needs from a generation backend (token in, token out)."""
 
     tokenizer: object
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  stop_ids: Sequence[int] = ()) -> GenerateResult: ...
+
+
+@runtime_checkable
+class TrainableEngine(Engine, Protocol):
+    """An engine the trainer samples from and updates: after each optimiser step it drops the keys and
+    values it kept of the old weights (`clear_prefix_cache`) and, when it holds a copy of the weights of
+    its own (vLLM), takes the new ones (`sync_weights`, timed in `last_sync["seconds"]`). The
+    transformers engine shares the trainer's model and so needs no sync."""
+
+    last_sync: dict[str, float]
+
+    def clear_prefix_cache(self) -> None: ...
+
+    def sync_weights(self, model: Any) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class ChatPolicy(Protocol):
+    """A policy reached by messages (an API model as the orchestrator, `orchlib.engines.openai`): the
+    rollout runs each episode on its own, `max_in_flight` at once, through `session()`; `start` gives
+    the opening messages and `chat` one reply (text, tool calls, usage). Its trajectories hold no ids."""
+
+    name: str
+    max_in_flight: int
+
+    def start(self, system: str, user: str, tools: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+
+    def session(self) -> AsyncContextManager[Any]: ...
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], session: Any) -> Any: ...

@@ -9,7 +9,23 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["resolve_mixed_precision", "make_accelerator", "cpu_has_amx"]
+__all__ = ["resolve_mixed_precision", "make_accelerator", "cpu_has_amx", "cpu_description"]
+
+
+def cpu_description() -> str:
+    """The CPU's model name and its widest matrix path (AMX, AVX-512 or AVX2): results that turn on float
+    rounding (what a sampled run learns) differ between these kinds, so reports say which one ran."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                platform.machine())
+    kind = "AMX" if " amx_bf16" in info else "AVX-512" if " avx512f" in info else "AVX2" if " avx2" in info else "?"
+    return f"{name} ({kind})"
 
 
 def cpu_has_amx() -> bool:

@@ -1,0 +1,188 @@
+"""The Environment: one task world — train and test tasks, the toolbox, the reward, the users its tasks
+carry, and how a task is rendered into the orchestrator's prompt — the one object `rollout`,
+`evaluate`, `Trainer` and `run_training` take.
+
+    env = Environment(train=tasks, test=held_out, tools=[lookup, answer], reward="rewards/toolorchestra.yaml")
+    trajectories = rollout(env, engine, group_size=4)     # env.train (tasks= for others)
+    report = evaluate(engine, env)                        # env.test
+    trainer = Trainer("tiny", env, GRPOConfig())
+
+An environment is verifiers' triple (a dataset, a rollout protocol, a rubric) with orchlib's one
+rollout loop as the protocol: what differs between worlds is data — tasks (each with its checker, its
+P, its database factory and its user), tools and reward — so an environment holds data and no loop.
+
+Rendering: `prompt` holds the RolloutConfig fields that decide what the policy reads (`PROMPT_FIELDS`:
+the system prompt, the tool-schema style, whether, how and where P is shown); `rollout_config(config)`
+lays them over a run's RolloutConfig, so the prompt a world asks for goes wherever the world goes
+(`orchlib.rollout.render_prompt` renders it). A field set in both places with different values is an
+error, not a silent override.
+
+This module sits below the loop (`orchlib.rollout` imports it, not the other way round), so it names
+RolloutConfig only through the config object it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from orchlib.cards import ToolCard
+from orchlib.tasks import Task, UserSpec
+from orchlib.tools import FunctionTool, Tool, Toolbox, build_tool
+
+__all__ = ["Environment", "RewardFunction", "PROMPT_FIELDS", "as_reward", "as_toolbox", "reward_terms",
+           "bind_older"]
+
+# RolloutConfig fields that decide how a task becomes a prompt (everything else is how episodes run).
+PROMPT_FIELDS: tuple[str, ...] = ("system_prompt", "show_preference", "preference_style", "preference_at",
+                                  "tool_schema")
+
+
+@runtime_checkable
+class RewardFunction(Protocol):
+    """What training and evaluation accept as a reward: one value per rollout of one task's group,
+    under the P that task's prompt showed. The DSL's `orchlib.reward.Reward` is one; so is any plain
+    function `fn(group, P=None) -> array of shape (G,)`. `explain(group, P=...)` is optional: where a
+    reward has it (the DSL's does), training also logs each term's mean contribution."""
+
+    def __call__(self, group: Sequence[Any], P: Any = None) -> Any: ...
+
+
+def as_reward(reward: RewardFunction | str | os.PathLike) -> RewardFunction:
+    """A reward as given (any callable), or a reward file loaded by path (`orchlib.reward.Reward.load`)."""
+    if isinstance(reward, (str, os.PathLike)):
+        from orchlib.reward import Reward  # sympy loads only when a file is named
+
+        return Reward.load(reward)
+    if not callable(reward):
+        raise TypeError(f"a reward is a reward file's path or a callable `fn(group, P=None) -> values`, not "
+                        f"{type(reward).__name__}")
+    return reward
+
+
+def reward_terms(reward: RewardFunction, group: Sequence[Any], P: Any) -> dict[str, Any]:
+    """term name → contribution per rollout, for a reward that can `explain` itself; {} otherwise."""
+    explain = getattr(reward, "explain", None)
+    return dict(explain(group, P=P).contributions) if callable(explain) else {}
+
+
+def as_toolbox(tools: Toolbox | str | os.PathLike | Iterable[ToolCard | Tool | Callable[..., Any]]) -> Toolbox:
+    """A Toolbox as given; a folder or file of tool cards, loaded; or a list of cards, tools and typed,
+    documented functions (each function's card derived from its signature and docstring)."""
+    if isinstance(tools, Toolbox):
+        return tools
+    if isinstance(tools, (str, os.PathLike)):
+        return Toolbox.load(tools)
+    built: list[Tool] = []
+    for i, t in enumerate(tools):
+        if isinstance(t, Tool):
+            built.append(t)
+        elif isinstance(t, ToolCard):
+            built.append(build_tool(t))
+        elif callable(t):
+            built.append(FunctionTool.from_function(t))
+        else:
+            raise TypeError(f"tools[{i}]: a ToolCard, a Tool or a function, not {type(t).__name__}")
+    return Toolbox(built)
+
+
+def _tasks(tasks: Iterable[Task], split: str, name: str) -> tuple[Task, ...]:
+    if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Iterable):
+        raise TypeError(f"environment {name!r}: {split} is a list of Tasks, not {type(tasks).__name__}")
+    out = tuple(tasks)
+    for i, t in enumerate(out):
+        if not isinstance(t, Task):
+            raise TypeError(f"environment {name!r}: {split}[{i}] is a {type(t).__name__}, not a Task")
+    twice = sorted(k for k, n in Counter(t.id for t in out).items() if n > 1)
+    if twice:  # groups, evaluation rows and scripts are keyed by task id
+        raise ValueError(f"environment {name!r}: {split} has task ids more than once: {twice[:5]}")
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Environment:
+    """A task world. `train`/`test`: the splits (one may be empty); `tools`: a Toolbox, a folder of
+    cards, or a list of cards, tools and functions; `reward`: a reward file's path or any
+    `RewardFunction` (None: rollouts and evaluations without a reward; training needs one); `prompt`:
+    RolloutConfig fields of `PROMPT_FIELDS` this world renders its prompts with; `name`: for reports.
+    Frozen: `env.replace(reward=...)` gives a changed copy."""
+
+    train: Sequence[Task] = ()
+    test: Sequence[Task] = ()
+    tools: Any = ()
+    reward: Any = None
+    prompt: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        name = self.name
+        set_ = lambda field, value: object.__setattr__(self, field, value)  # noqa: E731  (frozen)
+        set_("train", _tasks(self.train, "train", name))
+        set_("test", _tasks(self.test, "test", name))
+        if not self.train and not self.test:
+            raise ValueError(f"environment {name!r} has no tasks: give train= or test=")
+        set_("tools", as_toolbox(self.tools))
+        if self.reward is not None:
+            set_("reward", as_reward(self.reward))
+        unknown = sorted(set(self.prompt) - set(PROMPT_FIELDS))
+        if unknown:
+            raise ValueError(f"environment {name!r}: prompt: {unknown} are not prompt settings; they are "
+                             f"{list(PROMPT_FIELDS)} (the others belong to the run's RolloutConfig)")
+        set_("prompt", MappingProxyType(dict(self.prompt)))
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """Every task, train then test."""
+        return tuple(self.train) + tuple(self.test)
+
+    @property
+    def users(self) -> dict[str, UserSpec | str | Callable[[Any], Any]]:
+        """task id → the user who answers that task's turns without calls (tasks without one left out)."""
+        return {t.id: t.user for t in self.tasks if t.user is not None}
+
+    def replace(self, **changes: Any) -> Environment:
+        """A copy with `changes` (checked as a new environment is)."""
+        return dataclasses.replace(self, **changes)
+
+    def rollout_config(self, config):
+        """`config` (a RolloutConfig) with this world's prompt settings laid over it. A setting the config
+        was given explicitly with another value is an error: the prompt would silently not be the one
+        asked for."""
+        if not self.prompt:
+            return config
+        clash = {k: (getattr(config, k), v) for k, v in self.prompt.items()
+                 if k in config.model_fields_set and getattr(config, k) != v}
+        if clash:
+            k, (mine, theirs) = next(iter(sorted(clash.items())))
+            raise ValueError(f"environment {self.name!r} renders {k}={theirs!r} but the rollout config sets "
+                             f"{k}={mine!r}: set it in one place")
+        try:
+            return type(config).model_validate({**config.model_dump(), **self.prompt})
+        except ValueError as e:  # pydantic's ValidationError is a ValueError
+            errors = getattr(e, "errors", lambda: [])()
+            where = ".".join(map(str, errors[0]["loc"])) if errors else ""
+            raise ValueError(f"environment {self.name!r}: prompt: {where}: "
+                             f"{errors[0]['msg'] if errors else e}") from None
+
+    def __repr__(self) -> str:
+        reward = getattr(self.reward, "name", None) or (type(self.reward).__name__ if self.reward else None)
+        return (f"Environment({self.name!r}: {len(self.train)} train, {len(self.test)} test tasks, "
+                f"tools {self.tools.names}, reward {reward!r}"
+                + (f", prompt {dict(self.prompt)}" if self.prompt else "") + ")")
+
+
+def bind_older(call: str, names: Sequence[str], values: Sequence[Any], keywords: dict[str, Any],
+               defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments of an older positional form, bound to `names`, merged with the keyword arguments: a
+    name given both ways (its keyword not left at its default) is a TypeError, as Python's own is."""
+    if len(values) > len(names):
+        raise TypeError(f"{call} takes at most {len(names)} arguments after those; got {len(values)}")
+    out = dict(keywords)
+    for n, v in zip(names, values):
+        if n in keywords and keywords[n] is not defaults.get(n) and keywords[n] != defaults.get(n):
+            raise TypeError(f"{call} got multiple values for argument {n!r}")
+        out[n] = v
+    return out
