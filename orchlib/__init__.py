@@ -21,13 +21,17 @@ _EXPORTS: dict[str, str] = {
     "Task": "orchlib.tasks", "Golden": "orchlib.tasks", "Preference": "orchlib.tasks", "PROFILES": "orchlib.tasks",
     "load_tasks": "orchlib.tasks", "save_tasks": "orchlib.tasks",
     "make_suite": "orchlib.envs", "SUITES": "orchlib.envs",
+    # the task world every API takes
+    "Environment": "orchlib.env", "RewardFunction": "orchlib.env", "make_environment": "orchlib.envs",
+    "ENVIRONMENTS": "orchlib.envs",
     # tools
     "ToolCard": "orchlib.cards", "load_card": "orchlib.cards", "load_cards": "orchlib.cards",
     "save_card": "orchlib.cards", "validate_cards": "orchlib.tools", "CardError": "orchlib.cards",
     "Toolbox": "orchlib.tools", "ToolContext": "orchlib.tools", "build_tool": "orchlib.tools",
     # models and engines
     "build_default_policy": "orchlib.models", "load_policy": "orchlib.models",
-    "TransformersEngine": "orchlib.engines", "SamplingParams": "orchlib.engines",
+    "TransformersEngine": "orchlib.engines", "SamplingParams": "orchlib.engines", "Engine": "orchlib.engines",
+    "TrainableEngine": "orchlib.engines", "ChatPolicy": "orchlib.engines",
     "OpenAIPolicy": "orchlib.engines.openai", "APIPolicyConfig": "orchlib.engines.openai",
     "Judge": "orchlib.judge", "JudgeConfig": "orchlib.judge", "use_judge": "orchlib.judge",
     "set_judge": "orchlib.judge",

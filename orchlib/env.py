@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import Counter
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -96,9 +95,6 @@ def _tasks(tasks: Iterable[Task], split: str, name: str) -> tuple[Task, ...]:
     for i, t in enumerate(out):
         if not isinstance(t, Task):
             raise TypeError(f"environment {name!r}: {split}[{i}] is a {type(t).__name__}, not a Task")
-    twice = sorted(k for k, n in Counter(t.id for t in out).items() if n > 1)
-    if twice:  # groups, evaluation rows and scripts are keyed by task id
-        raise ValueError(f"environment {name!r}: {split} has task ids more than once: {twice[:5]}")
     return out
 
 

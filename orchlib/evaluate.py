@@ -46,7 +46,7 @@ from orchlib.baselines import run_routes
 from orchlib.chat import CALL_OPENING
 from orchlib.env import Environment, RewardFunction, as_reward, bind_older
 from orchlib.rollout import RolloutConfig, render_prompt, rollout, shown_preference, tool_schemas
-from orchlib.tasks import PROFILES, Preference, Task
+from orchlib.tasks import Preference, Task, under_profiles
 from orchlib.trajectory import Trajectory, to_json_line, write_jsonl
 
 __all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare",
@@ -568,14 +568,6 @@ def aiq(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]],
 
 
 # ---------------------------------------------------------------------------------------------- probes
-def under_profiles(tasks: Sequence[Task], profiles: Sequence[str | Preference]) -> list[Task]:
-    """Every task once per profile (ids suffixed `@name`), so only P differs between the copies."""
-    out = []
-    for task in tasks:
-        for profile in profiles:
-            P = PROFILES[profile] if isinstance(profile, str) else profile
-            out.append(task.model_copy(update={"preference": P, "id": f"{task.id}@{P.name}"}))
-    return out
 
 
 def choice_gap(model, tokenizer, tasks: Sequence[Task], toolbox, config: RolloutConfig, tool: str,

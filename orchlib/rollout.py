@@ -368,7 +368,8 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: 
     return [ep for ep, _ in episodes]
 
 
-async def _chat_episode(ep: _Episode, messages: list[dict], engine: ChatPolicy, session, toolbox, config: RolloutConfig) -> str:
+async def _chat_episode(ep: _Episode, messages: list[dict], engine: ChatPolicy, session, toolbox,
+                        config: RolloutConfig) -> str:
     """Turns until an answer (or the user's end), a `final` tool or `max_turns`; returns the finish reason."""
     while True:
         try:

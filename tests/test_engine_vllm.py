@@ -203,11 +203,17 @@ def test_grpo_on_vllm_syncs_every_step_and_reports_the_mismatch(toy_warm):
     from orchlib.reward import Reward
     from orchlib.rollout import RolloutConfig
     from orchlib.train import GRPOConfig, Trainer
+    from orchlib.train.hooks import Hooks
+
+    def push_apart(adv, keep, tasks, groups):
+        """Advantages +1, -1, ... in every group, every group kept: whatever the sampled rollouts' rewards,
+        each step updates, and its gradient is not 0."""
+        return torch.tensor([1.0, -1.0]).repeat(adv.shape[0], adv.shape[1] // 2), torch.ones_like(keep)
 
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0, tasks_per_step=2,
                      engine="vllm", vllm=CFG)
     trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+                      Reward.from_string("name: accuracy\nreward: outcome"), cfg, hooks=Hooks(advantage=push_apart))
     try:
         assert isinstance(trainer.engine, VLLMEngine)
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

@@ -173,3 +173,41 @@ def test_one_sft_step_and_one_grpo_step_change_the_weights(smollm2, suite):
     assert step.metrics["logprob_mismatch/mean"] < 1e-3  # the forced log-probs are the trainer's own
     after = trainer.model.state_dict()
     assert lora_before and all(not torch.equal(after[k], v) for k, v in lora_before.items())
+
+
+def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tmp_path, policy_cache, monkeypatch):
+    """The recipe file as shipped (no variant, SFT then GRPO, an evaluation), run whole with the tiny policy
+    in the model's place and small counts: every phase runs, and evaluation.json holds the numbers the
+    benchmark reads, computed from the runs it saved."""
+    import json
+
+    from orchlib.configfile import load_config
+    from orchlib.shipped import shipped_path
+    from orchlib.train import VariantConfig
+    from orchlib.train.run import RunConfig, run_training
+
+    cfg = load_config(shipped_path("recipes/smollm2_choice.yaml"), RunConfig)
+    assert cfg.policy == "smollm2" and cfg.suite == "orchestra-choice" and cfg.variants == VariantConfig()
+    assert cfg.warm_start is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    small = cfg.model_copy(update={
+        "policy": "tiny", "steps": 1, "save_every": 1, "suite_train": 4, "suite_test": 4, "out": str(tmp_path),
+        "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
+        "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": 2, "group_size": 2}),
+        "evaluation": cfg.evaluation.model_copy(update={"baselines": ("strongest", "cheapest")})})
+    seen = []
+    trainer = run_training(small, progress=False, on_step=lambda tr, report: seen.append(report.step))
+    assert seen == [1] and trainer.step_count == 1 and (tmp_path / "checkpoint").is_dir()
+    ev = json.loads((tmp_path / "evaluation.json").read_text())
+    assert sorted(ev["policies"]) == ["after RL", "before RL", "cheapest", "strongest"]
+    assert set(ev["wall_s"]) == {"load", "warm_start", "evaluate_before", "grpo", "evaluate_after"}
+    # the test split: 4 questions (2 arithmetic, 2 GSM8K), each under both profiles
+    for name, per in ev["policies"].items():
+        assert per["all"]["n"] == 8 and per["by_category"]["gsm8k"]["n"] == 4, name
+        assert set(per["controllability"]) == {"arithmetic", "gsm8k"}
+    # a baseline routes each category one way whatever P says: the same calls under both profiles
+    for name in ("strongest", "cheapest"):
+        per = ev["policies"][name]
+        assert per["controllability"] == {"arithmetic": 0.0, "gsm8k": 0.0}
+        assert per["by_profile"]["accuracy"]["calls"] == per["by_profile"]["thrifty"]["calls"]
+    assert (tmp_path / "evaluation.txt").read_text().splitlines()[0].startswith("policy")

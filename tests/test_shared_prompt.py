@@ -11,6 +11,7 @@ from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.train import GRPOConfig, Trainer
 from orchlib.train.shared_prompt import shared_heads, shared_prompt_logits
+from train_worker import scripted_engine
 
 
 def _batch(seed: int = 0):
@@ -83,21 +84,25 @@ def test_shared_prompt_logits_and_gradients_match_the_plain_forward(tiny_policy)
 
 
 def test_a_grpo_step_with_and_without_the_shared_prompt_moves_the_weights_alike(toy_warm):
-    """Same seed, same rollouts: the two updates land on the same weights (within float rounding)."""
+    """Same rollouts (written by a script: each group calls both tools, so every group is kept and the
+    update moves the weights by construction): the two updates land on the same weights (within float
+    rounding)."""
     def one_step(shared: bool):
         cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.05, seed=3, shared_prompt=shared,
                          learning_rate=1e-3)
         trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
                           Reward.from_string("name: a\nreward: outcome"), cfg)
         assert trainer._share_prompts is shared and trainer.engine.share_prompts is shared
-        trainer.engine.share_prompts = False  # the same rollouts on both sides: only the update differs
+        # the same rollouts on both sides, with the policy's own log-probs: only the update differs
+        trainer.engine = scripted_engine(trainer.tokenizer, trainer.tasks, ["right", "wrong", "wrong", "right"] * 2,
+                                         model=trainer.accelerator.unwrap_model(trainer.model))
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         report = trainer.step()
         return trainer, before, report
 
     (a, before, ra), (b, _, rb) = one_step(True), one_step(False)
     assert [t.ids for t in ra.trajectories] == [t.ids for t in rb.trajectories]
-    assert ra.metrics["groups_kept"] > 0
+    assert ra.metrics["groups_kept"] == rb.metrics["groups_kept"] == 4
     moved = 0.0
     for (name, pa), (_, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
         assert torch.allclose(pa, pb, atol=2e-5), name

@@ -13,7 +13,7 @@ from orchlib.tasks import Preference
 from orchlib.train.accel import cpu_description
 from orchlib.train.evaluation import controllability as run_controllability
 from orchlib.train.evaluation import controllability_by_category as run_controllability_by_category
-from orchlib.train.evaluation import tool_share
+from orchlib.train.evaluation import numbers, tool_share
 
 __all__ = ["summarize_demo", "table_text", "SHARED", "rewards_across_policies", "generalist_share",
            "controllability", "controllability_by_category"]
@@ -46,15 +46,8 @@ def controllability_by_category(trajs, tool: str = EXPENSIVE) -> dict[str, float
 
 
 def _numbers(trajs) -> dict[str, Any]:
-    n = max(len(trajs), 1)
-    calls: dict[str, float] = defaultdict(float)
-    for t in trajs:
-        for k, v in t.calls.items():
-            calls[k] += v / n
-    return {"n": len(trajs), "accuracy": sum(t.outcome for t in trajs) / n,
-            "cost_usd": sum(t.cost_usd for t in trajs) / n, "latency_s": sum(t.latency_s for t in trajs) / n,
-            "calls": dict(sorted(calls.items())), "generalist_share": generalist_share(trajs),
-            "errors_per_task": sum(t.num_errors for t in trajs) / n}
+    return {**numbers(trajs), "generalist_share": generalist_share(trajs),
+            "errors_per_task": sum(t.num_errors for t in trajs) / max(len(trajs), 1)}
 
 
 def rewards_across_policies(runs: dict[str, list], reward) -> dict[str, dict[str, float]]:

@@ -46,6 +46,7 @@ class TransformersEngine:
         skips = "logits_to_keep" in inspect.signature(base.forward).parameters
         self.share_prompts = share_prompts
         self._skips_logits = skips
+        self.last_sync: dict[str, float] = {"seconds": 0.0, "tensors": 0.0}
 
     @property
     def device(self) -> torch.device:
@@ -119,6 +120,12 @@ class TransformersEngine:
         """Free the kept keys/values now (they would be dropped anyway once the weights change)."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
+
+    def sync_weights(self, model) -> dict[str, float]:
+        """Nothing to copy (`TrainableEngine`): this engine samples from the trainer's own model, so every
+        update is already in it."""
+        self.last_sync = {"seconds": 0.0, "tensors": 0.0}
+        return self.last_sync
 
     def _prefill_inputs(self, prompts):
         """(cache, attention mask, ids, positions) for the first forward: reused prefixes + new ids."""

@@ -6,20 +6,21 @@ hands the conversation to a human when the policy forbids a request (`transfer_t
 the episode itself). Scoring is τ²'s: the final database must equal the golden one, and the agent must
 have told the user the required facts. Money is kept in integer cents so state hashes are exact.
 
-    from orchlib.envs.airline import AIRLINE, airline_tasks
-    trajectories = rollout(airline_tasks(), AIRLINE.toolbox, engine, RolloutConfig(max_turns=8))
+    from orchlib.envs import airline
+    trajectories = rollout(airline.environment(), engine, config=RolloutConfig(max_turns=8))
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from orchlib.env import Environment, RewardFunction
 from orchlib.envs.db import DBDomain
 from orchlib.tasks import Golden, Task, UserSpec
 from orchlib.trajectory import Observation, ToolCall
 
-__all__ = ["AIRLINE", "INITIAL", "airline_tasks", "get_user", "get_reservation", "search_flights", "change_flight",
-           "cancel_reservation", "transfer_to_human_agents", "money"]
+__all__ = ["AIRLINE", "INITIAL", "airline_tasks", "environment", "get_user", "get_reservation", "search_flights",
+           "change_flight", "cancel_reservation", "transfer_to_human_agents", "money"]
 
 # The whole state: users with their balance, flights with free seats, reservations. A plain JSON value.
 INITIAL: dict[str, Any] = {
@@ -190,3 +191,11 @@ def airline_tasks() -> list[Task]:
                _call("transfer_to_human_agents", summary="refund for a flown reservation R1003")],
               ["human agent"], "Transferred to a human agent."),
     ]
+
+
+def environment(seed: int = 0, reward: RewardFunction | str | None = None) -> Environment:
+    """The airline as an Environment: its three conversations (each with its scripted user) in both splits
+    — a domain to run and read, too small to measure generalisation — and its tools. The database is
+    fixed: `seed` is taken so that every maker of `orchlib.envs.ENVIRONMENTS` is called alike."""
+    tasks = airline_tasks()
+    return Environment(name="airline", train=tasks, test=tasks, tools=AIRLINE.toolbox, reward=reward)

@@ -18,14 +18,16 @@ each profile, so only P differs between a question's two runs (controllability i
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
+from orchlib.env import Environment, RewardFunction
 from orchlib.envs.mini import Suite, make_suite
 from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall
 
 __all__ = ["CHOICE_TOOLS", "CHOICE_TOOL_NAMES", "CHOICE_PROFILES", "EXPENSIVE", "make_choice_suite", "offer_choice",
-           "counterbalanced"]
+           "counterbalanced", "environment"]
 
 CHOICE_TOOLS: dict[str, list[str]] = {"arithmetic": ["calculator", "generalist"], "gsm8k": ["mixtral", "generalist"]}
 CHOICE_TOOL_NAMES = tuple(sorted({t for tools in CHOICE_TOOLS.values() for t in tools}))
@@ -72,3 +74,8 @@ def make_choice_suite(seed: int = 0, n_train: int = 120, n_test: int = 80) -> Su
     train = counterbalanced(train, seed)  # arithmetic keeps the profile orchestra-mini gave it
     test = under_profiles([offer_choice(t) for t in base.test], CHOICE_PROFILES)
     return Suite(name="orchestra-choice", seed=seed, train=train, test=test, cards=cards)
+
+
+def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, **options: Any) -> Environment:
+    """"orchestra-choice" as an Environment: `make_choice_suite(seed, **options).environment(reward)`."""
+    return make_choice_suite(seed, **options).environment(reward)

@@ -26,18 +26,20 @@ import random
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.cards import ToolCard, load_cards
+from orchlib.env import Environment, RewardFunction
 from orchlib.envs import shop
 from orchlib.shipped import shipped_dir
 from orchlib.tasks import PROFILES, Golden, Preference, Task, save_tasks
 from orchlib.trajectory import ToolCall
 
-__all__ = ["CATEGORIES", "CATEGORY_TOOLS", "PAID_KINDS", "Suite", "make_suite", "shop_cards", "paid_api_tools",
-           "preference_for", "default_toolcards", "arithmetic_tasks", "lookup_tasks", "gsm8k_tasks", "hard_tasks"]
+__all__ = ["CATEGORIES", "CATEGORY_TOOLS", "PAID_KINDS", "Suite", "make_suite", "environment", "shop_cards",
+           "paid_api_tools", "preference_for", "default_toolcards", "arithmetic_tasks", "lookup_tasks", "gsm8k_tasks",
+           "hard_tasks"]
 
 CATEGORIES: tuple[str, ...] = ("arithmetic", "lookup", "gsm8k", "shop", "hard")
 
@@ -236,6 +238,13 @@ class Suite(BaseModel):
 
         return Toolbox.from_cards(self.cards)
 
+    def environment(self, reward: RewardFunction | str | Path | None = None, **prompt: Any) -> Environment:
+        """The suite as an Environment: its splits, a toolbox of its cards, `reward` (a reward file's
+        path or any reward function; None: rollouts and evaluations without one) and `prompt`, the
+        RolloutConfig prompt settings it renders with (`orchlib.env.PROMPT_FIELDS`; none: the run's)."""
+        return Environment(name=self.name, train=self.train, test=self.test, tools=self.toolbox(), reward=reward,
+                           prompt=prompt)
+
     def save(self, folder: str | Path) -> Path:
         """train.jsonl and test.jsonl in `folder` (the cards stay where they are shipped)."""
         folder = Path(folder)
@@ -281,3 +290,8 @@ def make_suite(seed: int = 0, n_train: int = 250, n_test: int = 100, categories:
         train += pool[:k_train]
         test += pool[k_train:k_train + k_test]
     return Suite(name="orchestra-mini", seed=seed, train=train, test=test, cards=cards)
+
+
+def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, **options: Any) -> Environment:
+    """"orchestra-mini" as an Environment: `make_suite(seed, **options).environment(reward)`."""
+    return make_suite(seed, **options).environment(reward)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.env import Environment, RewardFunction
 from orchlib.envs.db import Database, DBDomain
 from orchlib.tasks import Task
 from orchlib.trajectory import ToolCall, Trajectory
@@ -26,7 +27,7 @@ from orchlib.trajectory import ToolCall, Trajectory
 __all__ = ["Product", "Customer", "OrderLine", "Order", "ShopDB", "initial_db", "make_shop_env", "replay", "check",
            "SHOP_TOOLS", "WRITE_TOOLS", "shop_search_products", "shop_get_product", "shop_get_customer",
            "shop_get_order", "shop_place_order", "shop_cancel_order", "shop_update_email", "money", "shop_tasks",
-           "SHOP"]
+           "SHOP", "environment"]
 
 
 class _Row(BaseModel):
@@ -342,3 +343,16 @@ def shop_tasks(seed: int = 0, rng: random.Random | None = None) -> list[Task]:
     for i in range(max(len(v) for v in kinds.values())):
         out += [kinds[k][i] for k in order if i < len(kinds[k])]
     return out
+
+
+def environment(seed: int = 0, reward: RewardFunction | str | None = None, n_train: int = 200,
+                     n_test: int = 50) -> Environment:
+    """The shop as an Environment: the database of `seed`, its function tools, and `shop_tasks(seed)`
+    split into `n_test` test tasks then `n_train` train tasks (the kinds interleave, so both splits
+    hold every kind; the same seed always gives the same splits)."""
+    tasks = shop_tasks(seed)
+    if n_train < 1 or n_test < 0 or n_train + n_test > len(tasks):
+        raise ValueError(f"the shop of seed {seed} has {len(tasks)} tasks; n_train={n_train} (at least 1) and "
+                         f"n_test={n_test} ask for {n_train + n_test}")
+    return Environment(name="shop", train=tasks[n_test:n_test + n_train], test=tasks[:n_test], tools=SHOP.toolbox,
+                       reward=reward)

@@ -7,10 +7,14 @@ multi-process checks, and as the smallest example of a custom environment.
 
 from __future__ import annotations
 
+from orchlib.env import Environment, RewardFunction
 from orchlib.tasks import Golden, Task
 from orchlib.trajectory import ToolCall
 
-__all__ = ["right", "wrong", "toy_tasks", "toy_toolbox"]
+__all__ = ["right", "wrong", "toy_tasks", "toy_toolbox", "environment", "TOY_REWARD"]
+
+# The toy's reward: the outcome alone (a call to `right` earns 1, to `wrong` 0), in the reward language.
+TOY_REWARD = "name: outcome\nreward: outcome"
 
 
 def right(question: str = "") -> str:
@@ -42,3 +46,15 @@ def toy_toolbox():
     from orchlib.tools.function import FunctionTool
 
     return Toolbox([FunctionTool.from_function(right, final=True), FunctionTool.from_function(wrong, final=True)])
+
+
+def environment(seed: int = 0, reward: RewardFunction | str | None = None, n_train: int = 16,
+                    n_test: int = 4) -> Environment:
+    """The toy as an Environment: `n_train` questions to train on and `n_test` others to test on, the
+    two tools, and `reward` (default: TOY_REWARD, the outcome). Every question is alike: `seed` is taken
+    so that every maker of `orchlib.envs.ENVIRONMENTS` is called alike."""
+    from orchlib.reward import Reward  # sympy: loaded when a toy world is made, not when this module is
+
+    tasks = toy_tasks(n_train + n_test)
+    return Environment(name="toy", train=tasks[:n_train], test=tasks[n_train:], tools=toy_toolbox(),
+                       reward=Reward.from_string(TOY_REWARD) if reward is None else reward)

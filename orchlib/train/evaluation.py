@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.baselines import BASELINES
 
-__all__ = ["RunEvaluation", "well_formed", "tool_share", "controllability", "controllability_by_category",
+__all__ = ["RunEvaluation", "numbers", "well_formed", "tool_share", "controllability", "controllability_by_category",
            "baseline_reports", "run_summary"]
 
 
@@ -77,7 +77,8 @@ def baseline_reports(tasks, toolbox, tokenizer, reward, config, names: Sequence[
     return {n: evaluate(e, tasks, toolbox, reward, config, name=n, seed=seed) for n, e in engines.items()}
 
 
-def _numbers(trajs: Sequence[Any]) -> dict[str, Any]:
+def numbers(trajs: Sequence[Any]) -> dict[str, Any]:
+    """n, mean accuracy, $, s and calls per episode of each tool, over `trajs`."""
     n = max(len(trajs), 1)
     calls: dict[str, float] = defaultdict(float)
     for t in trajs:
@@ -85,7 +86,7 @@ def _numbers(trajs: Sequence[Any]) -> dict[str, Any]:
             calls[k] += v / n
     return {"n": len(trajs), "accuracy": sum(t.outcome for t in trajs) / n,
             "cost_usd": sum(t.cost_usd for t in trajs) / n, "latency_s": sum(t.latency_s for t in trajs) / n,
-            "calls_per_task": dict(sorted(calls.items()))}
+            "calls": dict(sorted(calls.items()))}
 
 
 def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = RunEvaluation()) -> dict[str, Any]:
@@ -102,9 +103,9 @@ def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = Ru
         cats = sorted({t.category for t in trajs})
         profiles = sorted({_profile(t) for t in trajs})
         out["policies"][name] = {
-            "all": _numbers(trajs),
-            "by_category": {c: _numbers([t for t in trajs if t.category == c]) for c in cats},
-            "by_profile": {p: _numbers([t for t in trajs if _profile(t) == p]) for p in profiles},
+            "all": numbers(trajs),
+            "by_category": {c: numbers([t for t in trajs if t.category == c]) for c in cats},
+            "by_profile": {p: numbers([t for t in trajs if _profile(t) == p]) for p in profiles},
         }
         if settings.tool:
             out["policies"][name]["controllability"] = controllability_by_category(

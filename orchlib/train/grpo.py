@@ -1,9 +1,9 @@
 """GRPO for orchestrators (ToolOrchestra, arXiv 2511.21689), one step at a time, on Accelerate (+ PEFT LoRA).
 
-    trainer = Trainer(policy, tasks, tools, reward, GRPOConfig())
+    trainer = Trainer(policy, env, GRPOConfig())   # env: an orchlib.Environment (tasks, tools, reward)
     report = trainer.step()      # draw tasks → rollout → rewards → advantages → update → metrics
     trainer.run(50)              # a loop over step() with a progress bar
-    trainer.save("ckpt"); Trainer.resume("ckpt", tasks, tools, reward)
+    trainer.save("ckpt"); Trainer.resume("ckpt", env)
 
 Run on several GPUs (or, on a machine without them, several CPU processes with gloo):
 
@@ -37,7 +37,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from orchlib.engines.base import TrainableEngine
 from orchlib.engines.transformers import TransformersEngine
+from orchlib.env import Environment, bind_older, reward_terms
 from orchlib.rollout import rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import (CheckpointError, commit, find_checkpoint, random_state_from_json,
@@ -85,31 +87,44 @@ def _resolve_policy(policy) -> tuple[Any, Any, str]:
     return model, tok, str(model.name_or_path)
 
 
-def _resolve_tools(tools):
-    from orchlib.tools import Toolbox
-
-    if isinstance(tools, Toolbox):
-        return tools
-    if isinstance(tools, (str, Path)):
-        return Toolbox.load(tools)
-    return Toolbox.from_cards(list(tools))
-
-
-def _resolve_reward(reward):
-    from orchlib.reward import Reward
-
-    return reward if isinstance(reward, Reward) else Reward.load(reward)
+def _environment(call: str, env, older: tuple, config: GRPOConfig | None) -> tuple[Environment, GRPOConfig | None]:
+    """The environment and config of `Trainer(policy, env, config)`, or of the older
+    `Trainer(policy, tasks, tools, reward, config)`."""
+    if isinstance(env, Environment):
+        args = bind_older(f"{call}(..., env, ...)", ("config",), older, {"config": config}, {"config": None})
+    else:
+        if len(older) < 2:
+            raise TypeError(f"{call} takes an Environment, {call}(policy, env, config), or the older "
+                            f"{call}(policy, tasks, tools, reward, config)")
+        args = bind_older(f"{call}(..., tasks, tools, reward, ...)", ("tools", "reward", "config"), older,
+                          {"config": config}, {"config": None})
+        if not list(env):
+            raise ValueError(f"{call} needs at least one task")
+        if args["reward"] is None:
+            raise ValueError(f"{call} needs a reward")
+        env = Environment(train=env, tools=args["tools"], reward=args["reward"])
+    return env, args["config"]
 
 
 class Trainer:
-    def __init__(self, policy, tasks: Sequence[Task], tools, reward, config: GRPOConfig = GRPOConfig(),
-                 *, hooks: Hooks | None = None, policy_source: str | None = None):
-        """`policy`: 'tiny' / 'small', a Hugging Face id or folder, or a (model, tokenizer) pair. `hooks`:
-        the sampler, advantage transform and token loss (default: the paper's, `Hooks()`)."""
+    def __init__(self, policy, env: Environment | Sequence[Task], *older, config: GRPOConfig | None = None,
+                 hooks: Hooks | None = None, policy_source: str | None = None):
+        """`policy`: 'tiny' / 'small', a Hugging Face id or folder, or a (model, tokenizer) pair. `env`: the
+        Environment whose train tasks, tools, reward and prompt settings the run uses (the older
+        `Trainer(policy, tasks, tools, reward, config)` still works). `hooks`: the sampler, advantage
+        transform and token loss (default: the paper's, `Hooks()`)."""
         from accelerate.utils import set_seed
 
         from orchlib.train.accel import make_accelerator
 
+        env, config = _environment("Trainer", env, older, config)
+        config = config if config is not None else GRPOConfig()
+        if not env.train:
+            raise ValueError("Trainer needs at least one task")
+        if env.reward is None:
+            raise ValueError(f"Trainer needs a reward: environment {env.name!r} has none (Environment(reward=...))")
+        self.env = env
+        self.rollout_config = env.rollout_config(config.rollout)  # the prompt as the environment renders it
         self.config = config
         self.hooks = hooks if hooks is not None else Hooks()
         set_seed(config.seed)
@@ -138,6 +153,7 @@ class Trainer:
         self._share_prompts = config.shared_prompt and can_share(model, self.accelerator.num_processes)
         acc = self.accelerator
         seed = config.seed * 1000 + acc.process_index
+        self.engine: TrainableEngine
         if config.engine == "vllm":  # starts holding the model's current weights (after any warm start)
             if config.vllm.base_url:
                 from orchlib.engines.vllm_server import VLLMServerEngine as VLLM
@@ -147,11 +163,8 @@ class Trainer:
         else:
             self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer, seed=seed,
                                              share_prompts=config.shared_prompt)
-        self.toolbox = _resolve_tools(tools)
-        self.reward = _resolve_reward(reward)
-        self.tasks = list(tasks)
-        if not self.tasks:
-            raise ValueError("Trainer needs at least one task")
+        self.toolbox, self.reward = env.tools, env.reward
+        self.tasks = list(env.train)  # the pool each step draws from (a widget may set another)
         self.rng = random.Random(config.seed)
         self.step_count = 0
         self.history: list[dict[str, float]] = []
@@ -167,7 +180,7 @@ class Trainer:
         bundles = hooks.sampler(self.rng, self.tasks, min(cfg.tasks_per_step, len(self.tasks)))
         local = [t for bundle in bundles[acc.process_index::acc.num_processes] for t in bundle]
         # rollout: G trajectories per task, group after group
-        trajs = rollout(local, self.toolbox, self.engine, cfg.rollout, group_size=G) if local else []
+        trajs = rollout(self.env, self.engine, config=self.rollout_config, group_size=G, tasks=local) if local else []
         self.engine.clear_prefix_cache()  # the update below makes the kept keys/values stale: free them now
         t1 = time.perf_counter()
         groups = [trajs[i * G:(i + 1) * G] for i in range(len(local))]
@@ -226,7 +239,7 @@ class Trainer:
         """Mean contribution of each reward term, over the trajectories of every process."""
         sums: dict[str, float] = Counter()
         for g, t in zip(groups, tasks):
-            for name, values in self.reward.explain(g, P=shown_preference(t)).contributions.items():
+            for name, values in reward_terms(self.reward, g, shown_preference(t)).items():
                 values = np.asarray(values, dtype=float)
                 sums[name] += float(values.sum())
                 sums["_n/" + name] += float(values.size)
@@ -405,10 +418,11 @@ class Trainer:
         return path
 
     @classmethod
-    def resume(cls, path: str | Path, tasks, tools, reward, config: GRPOConfig | None = None,
+    def resume(cls, path: str | Path, env: Environment | Sequence[Task], *older, config: GRPOConfig | None = None,
                hooks: Hooks | None = None) -> "Trainer":
-        """Rebuild a trainer from `save()`d state and continue exactly where it stopped. `hooks` must be
-        the ones it was trained with (their `record` is checked against the checkpoint's)."""
+        """Rebuild a trainer from `save()`d state and continue exactly where it stopped, in `env` (or the
+        older `resume(path, tasks, tools, reward, config, hooks)`). `hooks` must be the ones it was
+        trained with (their `record` is checked against the checkpoint's)."""
         from pydantic import ValidationError
 
         from orchlib.models import load_policy
@@ -416,6 +430,9 @@ class Trainer:
         ckpt = find_checkpoint(path)  # every file checked against the manifest's SHA-256 first
         if ckpt is None:
             raise FileNotFoundError(f"no complete checkpoint at {path}")
+        if not isinstance(env, Environment) and len(older) == 4:  # older form: hooks after the config
+            older, hooks = older[:3], older[3] if hooks is None else hooks
+        env, config = _environment("Trainer.resume", env, older, config)
         state = read_trainer_state(require(ckpt, "trainer_state.json"))
         sampler_state = random_state_from_json(require(ckpt, "sampler_rng.json"))
         hooks = hooks if hooks is not None else Hooks()
@@ -430,7 +447,7 @@ class Trainer:
             raise CheckpointError(f"{ckpt / 'trainer_state.json'}: config.{'.'.join(map(str, err['loc']))}: "
                                   f"{err['msg']}") from None
         source = ckpt / "policy" if not config.lora else state["policy_source"]
-        trainer = cls(load_policy(source), tasks, tools, reward, config, hooks=hooks,
+        trainer = cls(load_policy(source), env, config, hooks=hooks,
                       policy_source=state["policy_source"])
         if trainer.ref_model is not None and (ckpt / "reference").exists():
             ref, _ = load_policy(ckpt / "reference")

@@ -9,6 +9,9 @@ trains a real pretrained model on 2 CPU cores; the defaults train the tiny polic
 With `evaluation:`, the run evaluates the policy on the suite's test split after the warm start
 ("before RL") and after GRPO ("after RL"), beside the baselines, and writes `evaluation.json` and
 `evaluation.txt` into `out`.
+
+From Python, `run_training(cfg, env=env)` runs the same recipe in an Environment of one's own (its
+train and test tasks, tools, reward and prompt settings) instead of the one the file names.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.env import Environment
 from orchlib.train.config import GRPOConfig
 from orchlib.train.evaluation import RunEvaluation
 from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.sft import SFTConfig
 from orchlib.train.variants import VariantConfig
 
-__all__ = ["RunConfig", "run_training"]
+__all__ = ["RunConfig", "run_training", "load_environment", "load_world"]
 
 
 class RunConfig(BaseModel):
@@ -53,45 +57,64 @@ class RunConfig(BaseModel):
     save_every: int = Field(10, ge=1, description="checkpoint every this many steps (and at the end)")
 
 
-def load_world(cfg: RunConfig):
-    """(train tasks, test tasks or None, toolbox, reward) of a run."""
-    from orchlib.reward import Reward
+# RunConfig fields that name the run's world (an `env=` given to run_training replaces them)
+WORLD_FIELDS = frozenset({"cards", "reward", "tasks", "suite", "suite_seed", "suite_train", "suite_test"})
+
+
+def load_environment(cfg: RunConfig) -> Environment:
+    """The run's Environment: the tasks file with `cards` (default: the shipped toolcards), or the suite's
+    train and test splits with its own cards (or `cards`); the reward file."""
     from orchlib.tasks import load_tasks
-    from orchlib.tools import Toolbox
 
-    test = None
     if cfg.tasks:
-        tasks = load_tasks(cfg.tasks)
-        toolbox = Toolbox.load(cfg.cards or "toolcards")
-    else:
-        from orchlib.envs import SUITES
+        return Environment(name=cfg.tasks, train=load_tasks(cfg.tasks), tools=cfg.cards or "toolcards",
+                           reward=cfg.reward)
+    from orchlib.envs import SUITES
 
-        if cfg.suite not in SUITES:
-            raise ValueError(f"suite: {cfg.suite!r} is not one of {sorted(SUITES)}")
-        sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
-        suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
-        tasks, test = suite.train, suite.test
-        toolbox = Toolbox.load(cfg.cards) if cfg.cards else suite.toolbox()
-    return tasks, test, toolbox, Reward.load(cfg.reward)
+    if cfg.suite not in SUITES:
+        raise ValueError(f"suite: {cfg.suite!r} is not one of {sorted(SUITES)}")
+    sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
+    suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
+    env = suite.environment(cfg.reward)
+    return env.replace(tools=cfg.cards) if cfg.cards else env
+
+
+def load_world(cfg: RunConfig):
+    """(train tasks, test tasks or None, toolbox, reward) of a run: `load_environment`, unpacked."""
+    env = load_environment(cfg)
+    return list(env.train), list(env.test) or None, env.tools, env.reward
 
 
 def run_training(cfg: RunConfig, progress: bool = True,
-                 on_step: Callable[[Trainer, StepReport], None] | None = None) -> Trainer:
+                 on_step: Callable[[Trainer, StepReport], None] | None = None, *,
+                 env: Environment | None = None) -> Trainer:
     """Warm start (unless resuming), then GRPO for `cfg.steps`, checkpointing into `cfg.out`; with
-    `cfg.evaluation`, the evaluations before and after RL. `on_step` sees every step's report."""
+    `cfg.evaluation`, the evaluations before and after RL. `on_step` sees every step's report. `env`:
+    the Environment to train in, instead of the world `cfg` names (whose fields must then be left unset)."""
     from orchlib.models import build_default_policy, load_policy
     from orchlib.train.checkpoint import find_checkpoint
     from orchlib.train.sft import golden_trajectories, sft_train
 
-    if cfg.evaluation is not None and cfg.tasks:
-        raise ValueError("evaluation: needs a suite's test split; leave `tasks` empty")
-    tasks, test, toolbox, reward = load_world(cfg)
+    if env is None:
+        if cfg.evaluation is not None and cfg.tasks:
+            raise ValueError("evaluation: needs a suite's test split; leave `tasks` empty")
+        env = load_environment(cfg)
+    else:
+        named = sorted(WORLD_FIELDS & cfg.model_fields_set)
+        if named:
+            raise ValueError(f"run_training(cfg, env=...): the environment replaces {named}; leave them unset")
+        if env.reward is None:
+            raise ValueError(f"run_training: environment {env.name!r} has no reward (Environment(reward=...))")
+        if cfg.evaluation is not None and not env.test:
+            raise ValueError(f"evaluation: needs test tasks; environment {env.name!r} has none")
+    tasks, test, toolbox, reward = list(env.train), list(env.test), env.tools, env.reward
+    rollout_config = env.rollout_config(cfg.grpo.rollout)  # the prompts as the environment renders them
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
     wall: dict[str, float] = {}
     reports: dict[str, Any] = {}
     if find_checkpoint(ckpt):
-        trainer = Trainer.resume(ckpt, tasks, toolbox, reward, hooks=cfg.variants.hooks())
+        trainer = Trainer.resume(ckpt, env, hooks=cfg.variants.hooks())
     else:
         t0 = time.perf_counter()
         model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
@@ -99,14 +122,13 @@ def run_training(cfg: RunConfig, progress: bool = True,
         if cfg.warm_start is not None:
             t0 = time.perf_counter()
             with_golden = [t for t in tasks if t.golden is not None]
-            gold = golden_trajectories(with_golden, toolbox, tok, cfg.grpo.rollout, seed=cfg.warm_start.seed)
+            gold = golden_trajectories(with_golden, toolbox, tok, rollout_config, seed=cfg.warm_start.seed)
             sft_train(model, tok, gold, cfg.warm_start, progress=progress)
             wall["warm_start"] = time.perf_counter() - t0
-        trainer = Trainer((model, tok), tasks, toolbox, reward, cfg.grpo, hooks=cfg.variants.hooks(),
-                          policy_source=cfg.policy)
+        trainer = Trainer((model, tok), env, cfg.grpo, hooks=cfg.variants.hooks(), policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
-            reports["before RL"] = _evaluate_policy(trainer, test, toolbox, reward, cfg, "before RL")
+            reports["before RL"] = _evaluate_policy(trainer, env, cfg, "before RL")
             wall["evaluate_before"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     while trainer.step_count < cfg.steps:
@@ -119,28 +141,28 @@ def run_training(cfg: RunConfig, progress: bool = True,
     wall["grpo"] = time.perf_counter() - t0
     if cfg.evaluation is not None:
         t0 = time.perf_counter()
-        reports["after RL"] = _evaluate_policy(trainer, test, toolbox, reward, cfg, "after RL")
-        reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg))
+        reports["after RL"] = _evaluate_policy(trainer, env, cfg, "after RL")
+        reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, rollout_config, cfg))
         wall["evaluate_after"] = time.perf_counter() - t0
         _write_evaluation(out, reports, reward, cfg, wall)
     return trainer
 
 
-def _evaluate_policy(trainer: Trainer, test, toolbox, reward, cfg: RunConfig, name: str):
+def _evaluate_policy(trainer: Trainer, env: Environment, cfg: RunConfig, name: str):
     from orchlib.evaluate import evaluate
 
     trainer.model.eval()
     try:
-        return evaluate(trainer.engine, test, toolbox, reward, cfg.grpo.rollout, group_size=cfg.evaluation.samples,
-                        name=name, seed=cfg.grpo.seed)
+        return evaluate(trainer.engine, env, config=cfg.grpo.rollout, group_size=cfg.evaluation.samples, name=name,
+                        seed=cfg.grpo.seed)
     finally:
         trainer.model.train()
 
 
-def _baselines(train, test, toolbox, reward, tokenizer, cfg: RunConfig) -> dict[str, Any]:
+def _baselines(train, test, toolbox, reward, tokenizer, rollout_config, cfg: RunConfig) -> dict[str, Any]:
     from orchlib.train.evaluation import baseline_reports
 
-    return baseline_reports(test, toolbox, tokenizer, reward, cfg.grpo.rollout, cfg.evaluation.baselines,
+    return baseline_reports(test, toolbox, tokenizer, reward, rollout_config, cfg.evaluation.baselines,
                             calibration=train, seed=cfg.grpo.seed)
 
 
