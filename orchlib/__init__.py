@@ -17,10 +17,12 @@ _EXPORTS: dict[str, str] = {
     "ToolCall": "orchlib.trajectory", "Observation": "orchlib.trajectory", "Turn": "orchlib.trajectory",
     "Trajectory": "orchlib.trajectory", "read_jsonl": "orchlib.trajectory", "write_jsonl": "orchlib.trajectory",
     "parse_tool_calls": "orchlib.chat", "ToolCallParseError": "orchlib.chat",
+    "from_openai_messages": "orchlib.openai_messages", "to_openai_messages": "orchlib.openai_messages",
+    "read_openai_jsonl": "orchlib.openai_messages", "replayed_user": "orchlib.openai_messages",
     # tasks and preferences
     "Task": "orchlib.tasks", "Golden": "orchlib.tasks", "Preference": "orchlib.tasks", "PROFILES": "orchlib.tasks",
     "load_tasks": "orchlib.tasks", "save_tasks": "orchlib.tasks",
-    "make_suite": "orchlib.envs", "SUITES": "orchlib.envs",
+    "make_suite": "orchlib.envs", "make_choice_suite": "orchlib.envs", "SUITES": "orchlib.envs",
     # the task world every API takes
     "Environment": "orchlib.env", "RewardFunction": "orchlib.env", "make_environment": "orchlib.envs",
     "ENVIRONMENTS": "orchlib.envs",
@@ -42,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "VariantConfig": "orchlib.train", "Hooks": "orchlib.train",
     "SFTConfig": "orchlib.train", "SFTExample": "orchlib.train", "golden_trajectories": "orchlib.train",
     "sft_train": "orchlib.train",
-    "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate",
+    "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate", "Undefined": "orchlib.evaluate",
     # sweeping P, auditing the bill, opening up the reward
     "sweep": "orchlib.sweep", "SweepResult": "orchlib.sweep", "preference_grid": "orchlib.sweep",
     "preference_sample": "orchlib.sweep", "pareto_front": "orchlib.sweep", "hypervolume": "orchlib.sweep",

@@ -12,7 +12,9 @@ whose reply is appended as a user segment (loss mask 0) — until the user ends 
 Within one turn, calls to stateful tools (those that receive the episode's env) run one after another
 in the order the policy wrote them (`stateful_calls="in_order"`), so the final state never depends
 on thread scheduling; the other calls run concurrently with them. The checker receives the trajectory
-(the conversation and its finish reason) when it takes one; `return_envs=True` gives the episodes' envs.
+(the conversation and its finish reason) when it takes one. An episode's env is let go once its
+checker has run, so a rollout holds only the running episodes' states; `return_envs=True` keeps them
+all and gives them back.
 
 Token in, token out: `Trajectory.ids` = prompt ids + sampled ids + observation ids, in order; the mask
 is 1 exactly on sampled ids; `logprobs` are the sampling log-probs. Nothing is re-tokenised.
@@ -168,8 +170,9 @@ def _preference_dump(task: Task) -> dict:
 class _Episode:
     """Mutable state of one trajectory while it runs."""
 
-    def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict]):
+    def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict], keep_env: bool = False):
         self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
+        self.keep_env = keep_env  # else `_finish` lets the env go: a database copy per episode adds up
         # Built without validation: every field is already of its type (the task's fields are validated,
         # the ids are the tokenizer's ints), and validating three prompt-long lists per episode copies them.
         self.traj = Trajectory.begin(task.id, index, task.prompt, task.category, _preference_dump(task),
@@ -222,9 +225,9 @@ def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *old
 def _rollout(tasks: Sequence[Task], toolbox, engine: Engine | ChatPolicy, config: RolloutConfig, group_size: int,
              seed: int | None, return_envs: bool):
     if callable(getattr(engine, "chat", None)):
-        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size))
+        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_envs))
     else:
-        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed)
+        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_envs)
     trajectories = [ep.traj for ep in done]
     return (trajectories, [ep.env for ep in done]) if return_envs else trajectories
 
@@ -236,7 +239,7 @@ def _user_segment(text: str) -> str:
 
 
 def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig, group_size: int,
-                   seed: int | None) -> list[_Episode]:
+                   seed: int | None, keep_envs: bool = False) -> list[_Episode]:
     tok = engine.tokenizer
     eos = tok.convert_tokens_to_ids(IM_END)
     if eos is None or eos == tok.unk_token_id:
@@ -247,7 +250,7 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
         known = getattr(tok, "prompt_ids", None)  # a tokenizer that keeps each task's prompt (PromptMemo)
         ids = known(task, schemas, config) if known is not None else _encode(tok, render_prompt(task, schemas, tok,
                                                                                                 config))
-        episodes += [_Episode(task, g, ids, schemas) for g in range(group_size)]
+        episodes += [_Episode(task, g, ids, schemas, keep_envs) for g in range(group_size)]
     follows = getattr(engine, "start_rollout", None)  # an engine that writes per task (ScriptedEngine): the
     if follows is not None:                            # first call's prompts are these episodes, in order
         follows([(e.task.id, e.traj.group_index) for e in episodes])
@@ -330,8 +333,8 @@ def _append_context(ep, seg_ids: list[int], config: RolloutConfig) -> None:
 _INSTANT_CHECKERS = frozenset({"exact", "contains", "mentions", "numeric"})
 
 
-async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: RolloutConfig, group_size: int
-                        ) -> list[_Episode]:
+async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: RolloutConfig, group_size: int,
+                        keep_envs: bool = False) -> list[_Episode]:
     """The loop for a policy reached by messages (an API): each episode runs on its own, at most
     `engine.max_in_flight` at once, so a server's latency overlaps across episodes. Tools, accounting
     and endings are the local loop's; the policy reads the full OpenAI tool schemas."""
@@ -348,7 +351,7 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: 
             system += "\n" + preference_line(task, config)
         start = engine.start(system, user_message(task, config), schemas)
         for g in range(group_size):
-            ep = _Episode(task, g, [], schemas)
+            ep = _Episode(task, g, [], schemas, keep_envs)
             ep.traj.meta = {"trainable": False, "policy": engine.name, "requests": 0, "tokens_in": 0,
                             "tokens_out": 0}
             episodes.append((ep, list(start)))
@@ -558,3 +561,5 @@ def _finish(ep: _Episode, reason: str) -> None:
     final = (next((o for o in t.turns[-1].observations if o.final and not o.error), None)
              if reason == "final_tool" else None)
     t.set_fields(outcome=ep.task.score(t.final_answer, ep.env, final, t) if t.final_answer is not None else 0.0)
+    if not ep.keep_env:  # scored: nothing reads this episode's state again
+        ep.env = None

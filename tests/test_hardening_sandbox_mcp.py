@@ -36,6 +36,11 @@ for line in sys.stdin:
         cursor = (msg.get("params") or {}).get("cursor")
         if MODE == "endless":
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [tool(0)], "nextCursor": "again"}})
+        elif MODE == "deep":  # a schema nested 10,000 levels deep, written by hand (json.dumps would refuse)
+            schema = '{"type": "object", "properties": {"a": ' + '{"b": ' * 10000 + '1' + '}' * 10000 + '}}'
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"tools": [{"name": "deep", "inputSchema": %s}]}}\n'
+                             % (json.dumps(rid), schema))
+            sys.stdout.flush()
         elif MODE == "many":
             page = int(cursor or 0)
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [tool(page * 1000 + i) for i in range(1000)],
@@ -46,6 +51,10 @@ for line in sys.stdin:
         name = msg["params"]["name"]
         if name == "blocks":
             send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "x"}] * 20000}})
+        elif name == "huge":  # 50 MB of text on one line
+            send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "x" * 50_000_000}]}})
+        elif name == "large":  # 3 MB of text: long, but under every cap
+            send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": "y" * 3_000_000}]}})
         elif name == "pid":
             send({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": str(os.getpid())}]}})
         elif name == "hang":

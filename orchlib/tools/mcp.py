@@ -17,7 +17,8 @@ exit) ends them. The official `mcp` SDK does the protocol; it is imported when a
 Results: text blocks are joined with newlines; images, audio and resource links are shown as a short
 `[image image/png, 1234 bytes]` line; with no content, the structured result is shown as JSON. A
 result with `isError` and any protocol error (unknown tool, bad arguments, the server exiting) is a
-`tool_failure` observation; `timeout_s` bounds a call (`timeout`). The price is the card's: per call,
+`tool_failure` observation, and so is a stdio message over 8 MiB or nested over 128 levels deep
+(`mcp_transport.py`: refused before it is parsed, and the session closed); `timeout_s` bounds a call (`timeout`). The price is the card's: per call,
 per second, and per million tokens of the arguments and the result (estimated with `approx_tokens`).
 The latency is measured, or with `declared_latency: true` the card's declared one (reproducible runs).
 """
@@ -219,8 +220,7 @@ class MCPConnection:
         try:
             result = await client.call_tool(name, arguments)
         except Exception as e:
-            if getattr(e, "code", None) == CONNECTION_CLOSED or not hasattr(e, "code"):
-                self._drop(client)  # the server went away: the next call starts it again
+            self._drop_if_gone(client, e)
             raise ToolError(f"{name} on MCP server {self.label}: {_describe(e)}") from None
         return result.model_dump(by_alias=True, exclude_none=True, mode="json")
 
@@ -246,6 +246,7 @@ class MCPConnection:
         except ToolError:
             raise
         except Exception as e:
+            self._drop_if_gone(client, e)
             raise ToolError(f"{where} failed: {_describe(e)}") from None
         raise ToolError(f"{where}: nextCursor: still a next page after {MAX_PAGES} pages")
 
@@ -271,6 +272,12 @@ class MCPConnection:
                 raise
             except Exception as e:
                 raise ToolError(f"MCP server {self.label} could not start: {_describe(e)}") from None
+
+    def _drop_if_gone(self, client: Any, e: Exception) -> None:
+        """After a failed request: a closed connection (the server exited, or the transport refused what
+        it sent) or a failure below the protocol means the next call starts the server again."""
+        if getattr(e, "code", None) == CONNECTION_CLOSED or not hasattr(e, "code"):
+            self._drop(client)
 
     def _drop(self, client: Any) -> None:
         """Forget a session whose server is gone; its task winds down on its own."""
@@ -309,9 +316,12 @@ class MCPConnection:
 
             headers = {h: os.environ.get(var, "") for h, var in s.headers_env.items()}
             return mcp.Client(streamable_http_client(s.url, http_client=create_mcp_http_client(headers=headers)))
+        from orchlib.tools.mcp_transport import capped_stdio_client
+
         env = {**{k: os.environ[k] for k in s.pass_env if k in os.environ}, **s.env}
-        return mcp.Client(mcp.StdioServerParameters(command=s.command, args=list(s.args), env=env or None,
-                                                    cwd=self.cwd))
+        # orchlib's own stdio transport: the SDK's reads a line of any size and depth (see mcp_transport.py)
+        return mcp.Client(capped_stdio_client(mcp.StdioServerParameters(command=s.command, args=list(s.args),
+                                                                        env=env or None, cwd=self.cwd)))
 
     async def _reset(self) -> None:
         client = self._client
