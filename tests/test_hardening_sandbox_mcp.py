@@ -1,8 +1,10 @@
 """An MCP server that hands over too much: pages without end, too many tools, too many content blocks,
-a call that never answers. Each ends in a clear error naming the server and the field, quickly."""
+a 50 MB message, a schema 10,000 levels deep, a call that never answers. Each ends in a clear error
+naming the server and the field, quickly."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -14,6 +16,7 @@ from orchlib.cards import ToolCard  # noqa: E402
 from orchlib.tools import build_tool  # noqa: E402
 from orchlib.tools.base import ToolError  # noqa: E402
 from orchlib.tools.mcp import MAX_BLOCKS, MAX_TOOLS, close_servers, list_server_tools  # noqa: E402
+from orchlib.tools.mcp_transport import MAX_MESSAGE_DEPTH, too_deep  # noqa: E402
 
 # A bare JSON-RPC server over stdio (no SDK), so that it can break the protocol's expectations at will.
 SERVER = r'''
@@ -38,8 +41,8 @@ for line in sys.stdin:
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [tool(0)], "nextCursor": "again"}})
         elif MODE == "deep":  # a schema nested 10,000 levels deep, written by hand (json.dumps would refuse)
             schema = '{"type": "object", "properties": {"a": ' + '{"b": ' * 10000 + '1' + '}' * 10000 + '}}'
-            sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"tools": [{"name": "deep", "inputSchema": %s}]}}\n'
-                             % (json.dumps(rid), schema))
+            tools = '[{"name": "deep", "inputSchema": %s}]' % schema
+            sys.stdout.write('{"jsonrpc": "2.0", "id": %s, "result": {"tools": %s}}\n' % (json.dumps(rid), tools))
             sys.stdout.flush()
         elif MODE == "many":
             page = int(cursor or 0)
@@ -108,6 +111,45 @@ def test_a_call_that_times_out_ends_its_session(server):
     assert not _alive(first_pid)  # the server (and the reader of its output) is gone
     second_pid = int(build_tool(_card(settings, "pid")).call_sync({}).content)
     assert second_pid != first_pid  # the next call started a fresh session
+
+
+def test_a_50_mb_message_is_refused_at_once_and_its_server_stopped(server):
+    settings = server("calls")
+    first_pid = int(build_tool(_card(settings, "pid")).call_sync({}).content)
+    t0 = time.monotonic()
+    obs = build_tool(_card(settings, "huge", timeout_s=60)).call_sync({})
+    assert time.monotonic() - t0 < 10  # the SDK's own reader took ~40 s to join the line
+    assert obs.error_kind == "tool_failure"
+    assert re.fullmatch(r"huge on MCP server .*hostile_server.py calls: MCPError: the server sent a message over "
+                        r"8 MiB \(8,388,608 bytes\) on one line: refused, and the session closed", obs.error)
+    deadline = time.monotonic() + 10
+    while _alive(first_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(first_pid)
+    assert int(build_tool(_card(settings, "pid")).call_sync({}).content) != first_pid  # a fresh session
+
+
+def test_a_long_message_under_the_cap_arrives_whole(server):
+    obs = build_tool(_card(server("calls"), "large", timeout_s=60)).call_sync({})
+    assert obs.error is None and obs.content == "y" * 3_000_000
+
+
+def test_a_schema_nested_10000_deep_is_refused_at_once_naming_the_tool(server):
+    t0 = time.monotonic()
+    with pytest.raises(ToolError, match=r"^MCP server .*hostile_server.py deep: tools/list failed: MCPError: the "
+                                        rf"server sent a message nested deeper than {MAX_MESSAGE_DEPTH} levels \(at "
+                                        r"result.tools\[0\].inputSchema.properties.a…\): refused, and the session "
+                                        r"closed$"):
+        list_server_tools(**server("deep"))
+    assert time.monotonic() - t0 < 10  # was a bare timeout after 40 s
+
+
+def test_nesting_is_measured_outside_strings_and_up_to_the_cap():
+    assert too_deep(b"[" * 128 + b"]" * 128, 128) is None
+    assert too_deep(b'{"a": "' + b"[{" * 500 + b'"}', 128) is None  # brackets in a string are text
+    assert too_deep(rb'{"s": "a\"b\\", "x": ' + b"[" * 200, 128) == "x[0][0][0][0][0]…"  # escapes kept
+    assert too_deep(b"[" + b"[]," * 5000 + b"[]]", 128) is None  # many containers, none deep
+    assert too_deep(b'[1, {"k": [' + b"[" * 130, 128) == "[1].k[0][0][0][0]…"
 
 
 def _alive(pid: int) -> bool:

@@ -18,8 +18,9 @@ Results: text blocks are joined with newlines; images, audio and resource links 
 `[image image/png, 1234 bytes]` line; with no content, the structured result is shown as JSON. A
 result with `isError` and any protocol error (unknown tool, bad arguments, the server exiting) is a
 `tool_failure` observation, and so is a stdio message over 8 MiB or nested over 128 levels deep
-(`mcp_transport.py`: refused before it is parsed, and the session closed); `timeout_s` bounds a call (`timeout`). The price is the card's: per call,
-per second, and per million tokens of the arguments and the result (estimated with `approx_tokens`).
+(`mcp_transport.py`: refused before it is parsed, and the session closed); `timeout_s` bounds a call
+(`timeout`). The price is the card's: per call, per second, and per million tokens of the arguments and
+the result (estimated with `approx_tokens`).
 The latency is measured, or with `declared_latency: true` the card's declared one (reproducible runs).
 """
 

@@ -22,6 +22,7 @@ from itertools import accumulate
 from typing import Any, AsyncIterator, TextIO
 
 import anyio
+import anyio.to_thread
 import mcp_types as types
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
