@@ -1,4 +1,4 @@
-"""Fakes for tests and notebooks, shipped with the library (see DESIGN.md: tests run in a second)."""
+"""Fakes for tests and notebooks, shipped with the library, so the loop, masks and rewards are testable in a second."""
 
 from orchlib.engines.scripted import ScriptedEngine, ScriptExhausted
 

@@ -1,4 +1,4 @@
-"""No import circles inside orchlib/, imports inside functions included: data flows one way (DESIGN.md).
+"""No import circles inside orchlib/, imports inside functions included: data flows one way.
 
 The graph is read from the source with `ast` (every `import` and `from … import`, at any depth), so an
 import hidden in a function counts as much as one at the top. Importing `orchlib.a.b` runs

@@ -18,7 +18,7 @@ trajectories.jsonl and a self-contained report.html.
 The demo's slice of orchestra-mini: arithmetic (calculator or generalist) and GSM8K with real
 recorded answers (Mixtral or the generalist). Every tool's answer is final — the calculator's
 too — so the policy only chooses and calls; a ~1 M-parameter policy copying a result into its own
-answer would blur the difference between tools RL has to learn (see DESIGN.md). On GSM8K preferences
+answer would blur the difference between tools RL has to learn. On GSM8K preferences
 decide: under "accuracy" the dear generalist is worth it, under "thrifty" Mixtral is. On arithmetic the
 exact, free calculator is right under both, and the generalist only costs more.
 """
