@@ -52,13 +52,7 @@ def _models(pairs: list[str]) -> dict[str, str]:
 def _cards(paths: list[str]):
     from orchlib.cards import CardError, load_cards
 
-    try:
-        return load_cards(paths)
-    except CardError as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        where = getattr(e, "filename", None) or paths
-        raise UsageError(f"{where}:0: (file): cannot read ({e.strerror or e})") from None
+    return _read(load_cards, paths, CardError)
 
 
 def check(args: argparse.Namespace) -> int:
@@ -68,12 +62,7 @@ def check(args: argparse.Namespace) -> int:
     if not args.factor > 1:
         raise UsageError(f"--factor {args.factor:g}: a factor must be above 1")
     models = _models(args.model)
-    try:
-        table = load_prices(args.table)
-    except PriceTableError as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        raise UsageError(f"{args.table}:0: (file): cannot read ({e.strerror or e})") from None
+    table = _read(load_prices, args.table, PriceTableError)
     cards = _cards(args.cards)
     unknown = sorted(set(models) - {c.name for c in cards})
     if unknown:
@@ -88,12 +77,7 @@ def ledger(args: argparse.Namespace) -> int:
     from orchlib.rollout import RolloutConfig
     from orchlib.trajectory import read_jsonl
 
-    try:
-        trajectories = read_jsonl(args.trajectories)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        raise UsageError(f"{args.trajectories}:0: (file): cannot read ({e.strerror or e})") from None
+    trajectories = _read(read_jsonl, args.trajectories, ValueError)
     default = RolloutConfig()
     try:
         policy = RolloutConfig(
@@ -104,3 +88,15 @@ def ledger(args: argparse.Namespace) -> int:
     bill = bill_of(trajectories, _cards(args.cards), policy=policy)
     print(bill.table())
     return 0 if bill.reconciles else 1
+
+
+def _read(load, path, malformed: type[Exception]):
+    """`load(path)`, its errors as one line: `malformed` says what was wrong where, OSError that it
+    could not be read (naming the file that failed, where the error knows it)."""
+    try:
+        return load(path)
+    except malformed as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        where = getattr(e, "filename", None) or path
+        raise UsageError(f"{where}:0: (file): cannot read ({e.strerror or e})") from None
