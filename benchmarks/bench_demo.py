@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4          # ~5 min a seed on 2 cores
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 --steps 20       # a quicker look
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --parallel 2  # bars only: shared cores
-    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set sft_steps=200  # a variant of the demo
+    .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set warm_start.golden.max_steps=200  # a variant
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set split_seed=null  # each seed its own split
 
 The last lines hold the bars across seeds (each PASS or FAIL): the format before RL, GSM8K
@@ -117,22 +117,31 @@ def verdict(rows: list[dict], max_seconds: float | None) -> list[tuple[str, bool
 
 
 def parse_settings(pairs: list[str]) -> dict:
-    """`--set FIELD=VALUE` pairs as a dict, each value read as YAML; a field the demo does not have is
-    refused here, before any seed runs."""
+    """`--set FIELD=VALUE` pairs as one nested dict of DemoConfig settings, each value read as YAML and a
+    nested field written with dots (`warm_start.golden.max_steps=200`); a field the demo does not have, or
+    a value of the wrong type, is refused here, before any seed runs."""
+    from orchlib.configfile import dotted, merged
     from orchlib.demo import DemoConfig
 
-    out = {}
+    out: dict = {}
     for pair in pairs:
         field, eq, value = pair.partition("=")
         if not eq or not field:
             raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE")
-        if field not in DemoConfig.model_fields:
-            raise SystemExit(f"--set {pair!r}: DemoConfig has no field {field!r}")
-        out[field] = YAML(typ="safe").load(value)
-    try:  # a value of the wrong type is refused now, not after the first seed
-        DemoConfig(**out)
+        if field.split(".")[0] not in DemoConfig.model_fields:
+            raise SystemExit(f"--set {pair!r}: DemoConfig has no field {field.split('.')[0]!r}")
+        out = _merge_dicts(out, dotted(field, YAML(typ="safe").load(value)))
+    try:
+        merged(DemoConfig(), out)
     except ValueError as e:
         raise SystemExit(f"--set {' '.join(pairs)}: {e}") from None
+    return out
+
+
+def _merge_dicts(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge_dicts(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -145,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=300.0, help="the wall-time bar per seed")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a DemoConfig field for every seed, the value read as YAML (repeatable): a variant "
-                         "measured side by side with the defaults, e.g. --set sft_steps=200; --set "
+                         "measured side by side with the defaults, e.g. --set warm_start.golden.max_steps=200; --set "
                          "split_seed=null gives each seed its own train/test split")
     args = ap.parse_args(argv)
     settings = parse_settings(args.set)

@@ -40,11 +40,12 @@ from orchlib.describe import DescribeError, describe
 from orchlib.describe_stats import wilson
 from orchlib.envs import CATEGORIES, make_suite
 from orchlib.evaluate import format_table, preference_adherence
+from orchlib.experiments.variants import VariantConfig
 from orchlib.models import build_default_policy
 from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.tools import Toolbox
-from orchlib.train import GRPOConfig, SFTConfig, Trainer, VariantConfig, golden_trajectories, sft_train
+from orchlib.train import GRPOConfig, SFTConfig, Trainer, golden_trajectories, sft_train
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = ("accuracy", "thrifty")

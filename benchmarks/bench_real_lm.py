@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_seed(config: str, seed: int, out: Path) -> dict:
     from orchlib.configfile import load_config
     from orchlib.engines.transformers import TransformersEngine
-    from orchlib.evaluate import anchored_reward, reference_runs
+    from orchlib.experiments.probes import anchored_reward, reference_runs
     from orchlib.models import load_policy
     from orchlib.rollout import rollout
     from orchlib.train.accel import cpu_description

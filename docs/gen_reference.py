@@ -27,17 +27,17 @@ OUT = Path(__file__).with_name("reference.md")
 SECTIONS: list[tuple[str, list[str]]] = [
     ("Training", ["orchlib.train.run:RunConfig", "orchlib.train.config:GRPOConfig",
                   "orchlib.train.config:LoraSettings", "orchlib.train.sft:SFTConfig",
-                  "orchlib.train.evaluation:RunEvaluation",
-                  "orchlib.train.variants:VariantConfig"]),
+                  "orchlib.train.evaluation:RunEvaluation", "orchlib.train.plugin:HooksPlugin"]),
+    ("Experiments beyond the paper", ["orchlib.experiments.variants:VariantConfig"]),
     ("Rollouts and policies", ["orchlib.rollout:RolloutConfig", "orchlib.engines.base:SamplingParams",
                                "orchlib.engines.openai:APIPolicyConfig", "orchlib.engines.vllm:VLLMConfig"]),
-    ("Tool cards", ["orchlib.cards:ToolCard", "orchlib.cards:Price", "orchlib.cards:Latency"]),
+    ("Tool cards", ["orchlib.cards.model:ToolCard", "orchlib.cards.costs:Price", "orchlib.cards.costs:Latency"]),
     ("Tasks and preferences", ["orchlib.tasks:Task", "orchlib.tasks:Golden", "orchlib.tasks:UserSpec",
                                "orchlib.tasks:Preference"]),
     ("Rewards", ["orchlib.reward.file:RewardSpec"]),
     ("Evaluation", ["orchlib.commands.eval:EvalFileConfig", "orchlib.commands.eval:PolicySpec",
                     "orchlib.judge:JudgeConfig"]),
-    ("The demo", ["orchlib.demo:DemoConfig"]),
+    ("The demo", ["orchlib.demo:DemoConfig", "orchlib.demo.config:WarmStartConfig"]),
 ]
 
 

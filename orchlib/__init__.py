@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "rollout": "orchlib.rollout", "RolloutConfig": "orchlib.rollout",
     "Reward": "orchlib.reward", "RewardSyntaxError": "orchlib.reward",
     "Trainer": "orchlib.train", "GRPOConfig": "orchlib.train", "LoraSettings": "orchlib.train",
-    "VariantConfig": "orchlib.train", "Hooks": "orchlib.train",
+    "VariantConfig": "orchlib.experiments.variants", "Hooks": "orchlib.train",
     "SFTConfig": "orchlib.train", "SFTExample": "orchlib.train", "golden_trajectories": "orchlib.train",
     "sft_train": "orchlib.train",
     "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate", "Undefined": "orchlib.evaluate",

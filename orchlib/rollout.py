@@ -247,7 +247,7 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
     episodes: list[_Episode] = []
     for task in tasks:
         schemas = tool_schemas(toolbox, task, config.tool_schema)
-        known = getattr(tok, "prompt_ids", None)  # a tokenizer that keeps each task's prompt (PromptMemo)
+        known = getattr(tok, "prompt_ids", None)  # a tokenizer that keeps each task's prompt (TokenizeMemo)
         ids = known(task, schemas, config) if known is not None else _encode(tok, render_prompt(task, schemas, tok,
                                                                                                 config))
         episodes += [_Episode(task, g, ids, schemas, keep_envs) for g in range(group_size)]

@@ -7,7 +7,7 @@ figures of `orchlib.viz`, so whatever a panel shows can be reproduced without it
     panel = TrainerPanel(trainer)            # Step, Run N, Pause; live charts; trajectory browser; P sliders
     RewardPlayground("rewards/toolorchestra.yaml")
     ToolCardEditor("toolcards/calculator.yaml")
-    UserPanel(task, toolbox, engine)         # a person types the user's turns while the orchestrator works
+    UserPanel(env, engine, task=...)         # a person types the user's turns while the orchestrator works
 
 Charts are plotly figures shown through an `Output` widget as plotly's own mime bundle
 (`application/vnd.plotly.v1+json`, rendered by the jupyterlab-plotly extension that ships with
@@ -107,7 +107,7 @@ def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
 # ---------------------------------------------------------------------------------------------- trainer panel
 def _paired_profiles(trainer) -> tuple[str, ...]:
     """The profiles the trainer's sampler repeats each task under (it then sets P itself), else ()."""
-    from orchlib.train.variants import PairedProfiles  # here: a panel without a trainer needs no torch
+    from orchlib.experiments.variants import PairedProfiles  # here: a panel without a trainer needs no torch
 
     sampler = trainer.hooks.sampler
     return sampler.profiles if isinstance(sampler, PairedProfiles) else ()
@@ -703,8 +703,9 @@ class _WatchedToolbox(Toolbox):
 
 
 class UserPanel(widgets.VBox):
-    """Be the user of a task: the orchestrator (`engine`: the tiny policy, a trained one, an API policy)
-    works on `task` in a background thread; when it replies without calling a tool, the panel waits
+    """Be the user of a task: `UserPanel(env, engine, task=None)` — the orchestrator (`engine`: the tiny
+    policy, a trained one, an API policy) works on `task` (default: the environment's first test task)
+    with the environment's tools and prompt settings, in a background thread; when it replies without calling a tool, the panel waits
     for you. Type the user's message and press **Send**; **End** ends the conversation (as a user who
     writes `###STOP###`). The timeline grows as the conversation goes: each tool call with what it
     returned, its cost (USD) and latency (s), the orchestrator's replies and yours; when the episode
@@ -717,12 +718,26 @@ class UserPanel(widgets.VBox):
     the panel waits for you or the episode ends), `wait()` (until it ends).
     """
 
-    def __init__(self, task: Task, toolbox: Toolbox, engine, config=None, *, seed: int | None = 0,
+    def __init__(self, env, *older, task: Task | None = None, config=None, seed: int | None = 0,
                  start: bool = True):
+        from orchlib.env import Environment, bind_older
         from orchlib.rollout import RolloutConfig
 
-        self.task, self.toolbox, self.engine = task, toolbox, engine
-        self.config = config or RolloutConfig(max_turns=8)
+        if isinstance(env, Environment):  # UserPanel(env, engine, task=..., config=...)
+            args = bind_older("UserPanel(env, ...)", ("engine", "config"), older, {"config": config}, {"config": None})
+            if "engine" not in args:
+                raise TypeError("UserPanel(env, engine, task=...): the engine that orchestrates is missing")
+            pool = list(env.test) or list(env.train)
+            self.task, self.toolbox, self.engine = task or pool[0], env.tools, args["engine"]
+            self.config = env.rollout_config(args["config"] or RolloutConfig(max_turns=8))
+        else:  # the older UserPanel(task, toolbox, engine, config)
+            args = bind_older("UserPanel(task, ...)", ("toolbox", "engine", "config"), older, {"config": config},
+                              {"config": None})
+            if "engine" not in args or task is not None:
+                raise TypeError("UserPanel takes an Environment and an engine, UserPanel(env, engine, task=...), "
+                                "or the older UserPanel(task, toolbox, engine)")
+            self.task, self.toolbox, self.engine = env, args["toolbox"], args["engine"]
+            self.config = args["config"] or RolloutConfig(max_turns=8)
         self.seed = seed
         self.trajectory: Trajectory | None = None
         self.error: BaseException | None = None

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from orchlib.demo import DEMO_PROFILES, DEMO_ROLLOUT, demo_suite
-from orchlib.evaluate import choice_gap
+from orchlib.experiments.probes import choice_gap
 
 PAIR = ("generalist", DEMO_PROFILES)
 

@@ -34,6 +34,12 @@ def test_info_runs_offline_in_a_subprocess(policy_cache):
     ("steps: [1, 2\n", "bad.yaml:1: not valid YAML"),
     ("- 1\n- 2\n", "bad.yaml:1: expected a mapping"),
     ("reward: rewards/nope.yaml\n", "reward: rewards/nope.yaml does not exist"),
+    ("hooks: {from: nosuch_module:hooks}\n", "bad.yaml:1: hooks.from: Value error, cannot import nosuch_module"),
+    ("hooks: {from: orchlib.experiments.variants:Nope}\n",
+     "bad.yaml:1: hooks.from: Value error, orchlib.experiments.variants has no attribute Nope"),
+    ("hooks: {from: builtins:dict}\n", "bad.yaml:1: hooks: Value error, builtins:dict returned dict, not Hooks"),
+    ("hooks:\n  from: orchlib.experiments.variants:VariantConfig\n  with: {paired_profiles: [accuracy, frugal]}\n",
+     "bad.yaml:1: hooks: Value error, with: paired_profiles: unknown profile 'frugal'"),
 ])
 def test_train_bad_config_is_one_clear_line_and_exit_2(tmp_path, capsys, monkeypatch, text, expected):
     monkeypatch.chdir(REPO)
@@ -97,6 +103,28 @@ def test_eval_writes_reports(tmp_path, policy_cache, monkeypatch, capsys):
         assert m["metrics"]["overall"]["n"] == 5
     assert json.loads((out / "oracle" / "metrics.json").read_text())["metrics"]["overall"]["accuracy"] == 1.0
     assert "oracle" in capsys.readouterr().out
+
+
+def test_eval_runs_a_shipped_environment_by_name(tmp_path, policy_cache, monkeypatch, capsys):
+    """`--env toy`: the toy world's test tasks and tools (not the default suite's), the oracle scoring
+    every one; an environment and a tasks file together, or an unknown name, are one-line usage errors."""
+    from orchlib.envs.toy import environment
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    out = tmp_path / "eval"
+    assert main(["eval", "--env", "toy", "--baselines", "--out", str(out)]) == 0
+    want = len(environment().test)
+    oracle = json.loads((out / "oracle" / "metrics.json").read_text())["metrics"]["overall"]
+    assert (oracle["n"], oracle["accuracy"]) == (want, 1.0)
+    lines = (out / "oracle" / "trajectories.jsonl").read_text().splitlines()
+    calls = {json.loads(line)["turns"][0]["calls"][0]["name"] for line in lines}
+    assert calls <= {t.name for t in environment().tools}  # the toy's own tools, not the shipped cards
+    capsys.readouterr()
+    assert main(["eval", "--env", "toy", "--tasks", "x.jsonl", "--out", str(out)]) == 2
+    assert "env or tasks, not both" in capsys.readouterr().err
+    assert main(["eval", "--env", "nowhere", "--out", str(out)]) == 2
+    assert "unknown environment 'nowhere'" in capsys.readouterr().err
 
 
 def test_eval_bad_tasks_file_exit_2(tmp_path, capsys):

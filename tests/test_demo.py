@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from orchlib.configfile import merged
 from orchlib.demo import DemoConfig, demo_suite, run_demo
 from orchlib.trajectory import read_jsonl
 
@@ -16,9 +17,9 @@ def demo(tmp_path_factory, policy_cache):
     mp = pytest.MonkeyPatch()
     mp.setenv("ORCHLIB_CACHE", str(policy_cache))
     out = tmp_path_factory.mktemp("demo")
-    cfg = DemoConfig(steps=12, n_train=40, n_test=12, copy_drills=64, copy_max_steps=30, sft_steps=20,
-                     sft_extra_arithmetic=16, sft_extra_gsm8k=16, reading_drills=32, eval_samples=1,
-                     out=str(out))
+    cfg = merged(DemoConfig(), {"steps": 12, "n_train": 40, "n_test": 12, "eval_samples": 1, "out": str(out),
+                                "warm_start": {"copy_drills": 64, "copying": {"max_steps": 30}, "golden": {"max_steps": 20},
+                                               "extra_arithmetic": 16, "extra_gsm8k": 16, "reading_drills": 32}})
     yield run_demo(cfg, progress=False)
     mp.undo()
 
@@ -186,16 +187,17 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
     monkeypatch.setattr(subprocess, "run", caught)
     # --set: any DemoConfig field, its value read as YAML, for every seed
     for seed, pairs, fields in ((3, [], {}), (4, ["split_seed=null"], {"split_seed": None}),
-                                (2, ["sft_steps=200", "contrast_categories=[gsm8k, arithmetic]"],
-                                 {"sft_steps": 200, "contrast_categories": ("gsm8k", "arithmetic")})):
+                                (2, ["warm_start.golden.max_steps=200", "variants.contrast_categories=[gsm8k, arithmetic]"],
+                                 {"warm_start": {"golden": {"max_steps": 200}},
+                                  "variants": {"contrast_categories": ["gsm8k", "arithmetic"]}})):
         with pytest.raises(RuntimeError, match="caught"):
             bench_demo.run_seed(seed, tmp_path / f"seed-{seed}", None, bench_demo.parse_settings(pairs))
         assert seen[-1][1:3] == ["-m", "orchlib.cli"]
         config = config_from(build_parser().parse_args(seen[-1][3:]))
-        assert config == DemoConfig(seed=seed, out=str(tmp_path / f"seed-{seed}"), **fields)
+        assert config == merged(DemoConfig(), {"seed": seed, "out": str(tmp_path / f"seed-{seed}"), **fields})
     # a wrong field or value stops the benchmark before a seed runs
-    for bad, why in (("sft_step=200", "no field 'sft_step'"), ("sft_steps=many", "sft_steps"),
-                     ("sft_steps", "FIELD=VALUE")):
+    for bad, why in (("sft_steps=200", "no field 'sft_steps'"), ("warm_start.golden.max_steps=many", "max_steps"),
+                     ("warm_start.golden.max_step=200", "max_step"), ("steps", "FIELD=VALUE")):
         with pytest.raises(SystemExit, match=why):
             bench_demo.parse_settings([bad])
 

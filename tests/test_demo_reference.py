@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from orchlib.demo import DEMO_ROLLOUT, demo_suite, under
-from orchlib.evaluate import anchored_reward, reference_runs
+from orchlib.experiments.probes import anchored_reward, reference_runs
 from orchlib.models import build_default_policy
 from orchlib.reward import Reward
 from orchlib.tasks import Preference

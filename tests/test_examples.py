@@ -43,3 +43,16 @@ def test_routellm_frontier_prints_the_oracle_apgr_and_aiq_of_the_recording():
     random_apgr = float(re.search(r"random\s+APGR ([-\d.]+)", text)[1])
     assert random_apgr < float(m[1])  # no order beats sending the gains first
     assert "frontier (cost $, accuracy):" in text and "oracle" in text.split("frontier")[1].splitlines()[0]
+
+
+def test_train_tiny_plugs_in_the_demos_paired_profiles_by_import_path():
+    """examples/train_tiny.yaml names its hooks by import path; reading it builds the paired-profiles sampler."""
+    from orchlib.configfile import load_config
+    from orchlib.experiments.variants import PairedProfiles, VariantConfig
+    from orchlib.train.run import RunConfig
+
+    cfg = load_config(REPO / "examples" / "train_tiny.yaml", RunConfig)
+    assert cfg.hooks.factory == "orchlib.experiments.variants:VariantConfig"
+    hooks = cfg.hooks.build()
+    assert isinstance(hooks.sampler, PairedProfiles) and hooks.sampler.profiles == ("accuracy", "thrifty")
+    assert hooks.record == VariantConfig(paired_profiles=("accuracy", "thrifty")).hooks().record

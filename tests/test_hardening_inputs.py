@@ -100,3 +100,31 @@ def test_hostile_config_files_give_one_error(tmp_path, content, needle):
     path.write_bytes(content)
     with pytest.raises(ConfigFileError, match=re.escape(needle)):
         load_config(path, RunConfig)
+
+
+def test_a_config_file_merges_into_a_base_field_by_field_and_names_the_line_of_a_bad_nested_value(tmp_path):
+    """With `base`, a nested config the file names is merged field by field (what it leaves out keeps
+    base's value, not the class default); a mapping-valued setting is replaced whole; errors still name
+    the file's line and the dotted field."""
+    from orchlib.configfile import dotted, merged
+    from orchlib.experiments.variants import VariantConfig
+    from orchlib.train.config import GRPOConfig
+    from pydantic import BaseModel, ConfigDict
+
+    class Outer(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+        grpo: GRPOConfig = GRPOConfig(kl_coef=0.03, group_size=4)
+        variants: VariantConfig = VariantConfig(category_quota={"gsm8k": 3, "arithmetic": 1})
+        steps: int = 5
+
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 7\ngrpo:\n  learning_rate: 0.001\nvariants:\n  category_quota: {gsm8k: 4}\n")
+    got = load_config(path, Outer, base=Outer())
+    assert (got.steps, got.grpo.learning_rate, got.grpo.kl_coef, got.grpo.group_size) == (7, 0.001, 0.03, 4)
+    assert got.variants.category_quota == {"gsm8k": 4}  # replaced, not merged with arithmetic's quota
+    assert load_config(path, Outer).grpo.kl_coef == GRPOConfig().kl_coef  # without base: the class default
+    assert merged(Outer(), dotted("grpo.rollout.temperature", 0.5)).grpo.rollout.temperature == 0.5
+    assert merged(Outer(), dotted("grpo.rollout.temperature", 0.5)).grpo.kl_coef == 0.03
+    path.write_text("steps: 7\ngrpo:\n  learning_rate: 0.001\n  group_size: one\n")
+    with pytest.raises(ConfigFileError, match=r"c\.yaml:4: grpo\.group_size: "):
+        load_config(path, Outer, base=Outer())

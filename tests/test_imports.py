@@ -104,3 +104,24 @@ def test_the_graph_reader_sees_every_kind_of_import(tmp_path):
 def test_no_import_circles():
     found = cycles(import_graph())
     assert found == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_papers_training_path_reaches_no_experiment():
+    """orchlib.train is the paper's path: the demo and its experiments plug in through `Hooks` from outside,
+    so no module under it imports orchlib.experiments or orchlib.demo, directly or through another module."""
+    graph = import_graph()
+    train = sorted(m for m in graph if m == "orchlib.train" or m.startswith("orchlib.train."))
+    via = {m: [m] for m in train}  # module reached -> one import chain from orchlib.train to it
+    todo = list(train)
+    while todo:
+        m = todo.pop()
+        for d in sorted(graph[m]):
+            if d not in via:
+                via[d] = via[m] + [d]
+                todo.append(d)
+    banned = ("orchlib.experiments", "orchlib.demo")
+    found = [" -> ".join(chain) for m, chain in sorted(via.items())
+             if any(m == b or m.startswith(b + ".") for b in banned)]
+    assert "orchlib.train.run" in train and "orchlib.experiments.variants" in graph  # the graph sees both sides
+    assert found == [], "orchlib.train reaches experimental code:\n" + "\n".join(found)
+    assert cycles(graph) == []

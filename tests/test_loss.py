@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from orchlib.experiments.variants import (VariantConfig, expected_choice, high_entropy_mask, kl_exact, kl_merged,
+                                          masked_grpo_loss, preference_contrast, tool_values)
 from orchlib.train.loss import (clipped_surrogate, group_advantages, grpo_loss, keep_groups, kl_k3, masked_mean,
                                 token_logprobs)
-from orchlib.train.variants import (VariantConfig, expected_choice, high_entropy_mask, kl_exact, kl_merged,
-                                    masked_grpo_loss, preference_contrast, tool_values)
 
 
 def test_token_logprobs_by_hand():
@@ -185,7 +185,7 @@ def test_preference_contrast_can_leave_a_profile_that_did_not_try_a_tool_out_of_
 
 def test_preference_contrast_applies_to_the_contrasted_categories_only():
     from orchlib.tasks import Task
-    from orchlib.train.variants import PreferenceContrast
+    from orchlib.experiments.variants import PreferenceContrast
 
     # task a (gsm8k) and task b (arithmetic), each under two profiles; only gsm8k is contrasted
     adv = torch.tensor([[1.0, -1.0], [0.0, 0.0], [0.5, -0.5], [0.25, -0.25]])

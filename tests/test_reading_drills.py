@@ -51,10 +51,12 @@ def test_drill_prompt_is_the_rollout_rendering(tiny_policy):
 def test_demo_flag_turns_on_the_measured_reading_setting():
     from orchlib.cli import build_parser
     from orchlib.commands.demo import config_from
-    from orchlib.demo import READING_SETTINGS, DemoConfig
+    from orchlib.demo import DemoConfig
 
     plain = config_from(build_parser().parse_args(["demo", "--seed", "2"]))
-    assert plain == DemoConfig(seed=2) and plain.reading_drills == 0
+    assert plain == DemoConfig(seed=2) and plain.warm_start.reading_drills == 0
     drilled = config_from(build_parser().parse_args(["demo", "--seed", "2", "--reading-drills"]))
-    assert drilled == DemoConfig(seed=2, **READING_SETTINGS)
-    assert drilled.reading_drills > 0 and drilled.sft_steps > plain.sft_steps
+    assert drilled.warm_start.reading_drills == 800 and drilled.warm_start.golden.max_steps == 450
+    # the rest of the nested settings are the demo's own, not the library's defaults
+    assert drilled.warm_start.golden.learning_rate == plain.warm_start.golden.learning_rate
+    assert drilled.model_copy(update={"warm_start": plain.warm_start}) == plain

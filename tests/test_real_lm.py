@@ -183,11 +183,10 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
 
     from orchlib.configfile import load_config
     from orchlib.shipped import shipped_path
-    from orchlib.train import VariantConfig
     from orchlib.train.run import RunConfig, run_training
 
     cfg = load_config(shipped_path("recipes/smollm2_choice.yaml"), RunConfig)
-    assert cfg.policy == "smollm2" and cfg.suite == "orchestra-choice" and cfg.variants == VariantConfig()
+    assert cfg.policy == "smollm2" and cfg.suite == "orchestra-choice" and cfg.hooks is None
     assert cfg.warm_start is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
     small = cfg.model_copy(update={

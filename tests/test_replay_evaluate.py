@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchlib.baselines import PromptMemo, RouteEngine, make_baselines, route_stats, routes, try_routes
+from orchlib.baselines import RouteEngine, TokenizeMemo, make_baselines, route_stats, routes, try_routes
 from orchlib.evaluate import EVAL_ROLLOUT, aiq, evaluate, frontier, pgr
 from orchlib.rollout import rollout
 from orchlib.tasks import Task
@@ -124,7 +124,7 @@ def _upper_hull_values(x, y, grid):
 
 
 def test_the_route_runner_gives_what_the_plain_rollout_gives(setup, tokenizer):
-    """PromptMemo and the streamed runner change nothing: every route, run alone through `rollout` with
+    """TokenizeMemo and the streamed runner change nothing: every route, run alone through `rollout` with
     the bare tokenizer, has the same outcome, cost and latency, and the same token ids."""
     _, _, box, tasks = setup
     tasks = tasks[:12]
@@ -164,7 +164,7 @@ def test_each_prompt_is_rendered_and_tokenised_once(setup, tokenizer):
     engines = make_baselines(tasks, box, spy, trials=trials, config=CONFIG)
     for engine in engines.values():
         evaluate(engine, tasks, box, config=CONFIG)
-    assert isinstance(trials.tokenizer, PromptMemo) and all(e.tokenizer is trials.tokenizer for e in engines.values())
+    assert isinstance(trials.tokenizer, TokenizeMemo) and all(e.tokenizer is trials.tokenizer for e in engines.values())
     # 5 routes + 4 baselines: each prompt rendered and encoded at most once (orchlib's own template is put
     # together without the tokenizer, and the system turn, the same for every task, is encoded once)
     assert spy.rendered <= len(tasks) and spy.encoded <= len(tasks)
@@ -185,7 +185,7 @@ def test_the_memo_renders_encodes_and_decodes_as_the_tokenizer_does(setup, token
            "  spaced\n\n  lines  ", "<|im_start|>user\nnested?", "数字 12345 and émoji 🙂"]
     tasks = tasks[:3] + [Task(id=f"o{i}", prompt=p, answer="x", preference=Preference(name="thrifty"))
                          for i, p in enumerate(odd)]
-    memo = PromptMemo(tokenizer)
+    memo = TokenizeMemo(tokenizer)
     for task in tasks:
         schemas = tool_schemas(box, task, config.tool_schema)
         text = render_prompt(task, schemas, memo, config)
@@ -206,7 +206,7 @@ def test_the_memo_encodes_whole_where_pieces_would_not_be_exact(tokenizer):
 
     tok = copy.deepcopy(tokenizer)
     tok.add_tokens([AddedToken("<mark>", lstrip=True, rstrip=True)])
-    memo = PromptMemo(tok)
+    memo = TokenizeMemo(tok)
     assert memo._split is None
     text = memo.apply_chat_template([{"role": "user", "content": "a  <mark>  b"}], tokenize=False,
                                     add_generation_prompt=True)

@@ -17,10 +17,10 @@ from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.models import load_policy
 from orchlib.reward import Reward
 from orchlib.chat import TOOL_CALL
+from orchlib.experiments.variants import QuotaDraw, VariantConfig, balanced_draw
 from orchlib.rollout import RolloutConfig, rollout
-from orchlib.train import GRPOConfig, LoraSettings, Trainer, VariantConfig, golden_trajectories, lr_factor
+from orchlib.train import GRPOConfig, LoraSettings, Trainer, golden_trajectories, lr_factor
 from orchlib.train.loss import token_logprobs
-from orchlib.train.variants import QuotaDraw, balanced_draw
 from train_worker import scripted_engine
 
 PAIRED = VariantConfig(paired_profiles=("accuracy", "thrifty"))
@@ -511,7 +511,7 @@ def test_variants_off_are_the_papers_hooks_and_a_checkpoint_names_its_own(toy_wa
 
 def test_sft_replay_adds_coef_times_the_cross_entropy_of_its_draw_to_the_update(toy_warm):
     from orchlib.train import SFTExample
-    from orchlib.train.replay import SFTReplay
+    from orchlib.experiments.replay import SFTReplay
 
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
@@ -539,7 +539,7 @@ def test_sft_replay_adds_coef_times_the_cross_entropy_of_its_draw_to_the_update(
 
 def test_unlabel_names_takes_only_the_tool_names_ids_out_of_the_loss(toy_warm, tiny_policy):
     from orchlib.train import SFTExample
-    from orchlib.train.replay import SFTReplay, unlabel_names
+    from orchlib.experiments.replay import SFTReplay, unlabel_names
 
     tok = tiny_policy[1]
     for g in toy_warm[1][:4]:

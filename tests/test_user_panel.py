@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from orchlib.chat import render_call
-from orchlib.envs.airline import AIRLINE, airline_tasks
+from orchlib.envs.airline import AIRLINE, airline_tasks, environment
 from orchlib.envs.users import ReplayedUser
 from orchlib.models import build_tokenizer
 from orchlib.rollout import RolloutConfig, rollout
@@ -26,7 +26,7 @@ WAIT = 60  # seconds: generous on two busy cores; every wait returns as soon as 
 
 
 def panel() -> UserPanel:
-    return UserPanel(TASK, AIRLINE.toolbox, ScriptedEngine(TOK, AGENT), CONFIG)
+    return UserPanel(environment(), ScriptedEngine(TOK, AGENT), task=TASK, config=CONFIG)
 
 
 def test_a_typed_conversation_is_a_trajectory_that_replays(tmp_path):

@@ -16,7 +16,8 @@ from orchlib.models import load_policy
 from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Preference
-from orchlib.train import GRPOConfig, Trainer, VariantConfig
+from orchlib.experiments.variants import VariantConfig
+from orchlib.train import GRPOConfig, Trainer
 from orchlib.widgets import RewardPlayground, ToolCardEditor, TrainerPanel, sample_group, trajectory_html
 
 PLOTLY = "application/vnd.plotly.v1+json"

@@ -105,7 +105,8 @@ def main() -> None:
     from orchlib.models import load_policy
     from orchlib.reward import Reward
     from orchlib.rollout import RolloutConfig
-    from orchlib.train import GRPOConfig, Trainer, VariantConfig
+    from orchlib.experiments.variants import VariantConfig
+    from orchlib.train import GRPOConfig, Trainer
 
     rc = RolloutConfig(max_turns=2, max_new_tokens=24, tool_schema="compact", tool_latency="declared")
     cfg = GRPOConfig(rollout=rc, learning_rate=1e-3, kl_coef=0.05, tasks_per_step=4, group_size=4, seed=3)

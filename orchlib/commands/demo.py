@@ -13,8 +13,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="SFT warm start → GRPO with rewards/toolorchestra.yaml under the 'accuracy' and "
                                    "'thrifty' profiles → evaluation against the baselines. Writes report.html, "
                                    "metrics.json and trajectories.jsonl into --out. About 5 minutes on 2 cores.")
-    p.add_argument("--config", default=None, help="YAML file of DemoConfig fields (any of them; the flags below "
-                                                   "override it)")
+    p.add_argument("--config", default=None, help="YAML file of DemoConfig settings (any of them, nested ones "
+                                                   "field by field; the flags below override it)")
     p.add_argument("--steps", type=int, default=None, help=f"GRPO steps (default {d.steps})")
     p.add_argument("--size", default=None, choices=["tiny", "small"], help=f"default policy size (default {d.size})")
     p.add_argument("--seed", type=int, default=None, help=f"seeds the weights and every draw; the train/test "
@@ -31,16 +31,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def config_from(args: argparse.Namespace):
     """The DemoConfig the parsed flags ask for: the --config file's fields, then the flags given."""
     from orchlib.cli import UsageError
-    from orchlib.configfile import ConfigFileError, load_config
+    from orchlib.configfile import ConfigFileError, load_config, merged
     from orchlib.demo import READING_SETTINGS, DemoConfig
 
-    try:
-        base = load_config(args.config, DemoConfig) if args.config else DemoConfig()
+    try:  # the file's settings merge into the demo's own, nested configs field by field
+        base = load_config(args.config, DemoConfig, base=DemoConfig()) if args.config else DemoConfig()
     except ConfigFileError as e:
         raise UsageError(str(e)) from None
     flags = {k: getattr(args, k) for k in ("steps", "size", "seed", "out") if getattr(args, k) is not None}
-    extra = READING_SETTINGS if args.reading_drills else {}
-    return DemoConfig.model_validate({**base.model_dump(), **extra, **flags})  # validated, unlike model_copy
+    return merged(merged(base, READING_SETTINGS if args.reading_drills else {}), flags)
 
 
 def run(args: argparse.Namespace) -> int:

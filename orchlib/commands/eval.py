@@ -42,14 +42,23 @@ class EvalFileConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     policies: list[PolicySpec] = Field(min_length=1, description="rows of the table, in order")
+    env: str | None = Field(None, description="a shipped environment by name (`orchlib.envs.ENVIRONMENTS`): its "
+                                              "test tasks, tools and prompt settings; `tasks`/`cards` are then unused")
     tasks: str | None = Field(None, description="tasks JSONL; default the orchestra-mini test split")
     suite_seed: int = Field(0, description="which draw of the default suite, when `tasks` is not given")
     cards: str = Field("toolcards", description="folder of tool cards (default: the shipped ones)")
     reward: str = Field("rewards/toolorchestra.yaml", description="reward file scoring every policy alike")
     baselines: bool = Field(False, description="also the four fixed-routing baselines")
-    tool_schema: Literal["full", "compact"] = Field("full", description="how tools are listed to local policies")
+    tool_schema: Literal["full", "compact"] | None = Field(None, description="how tools are listed to local policies "
+                                                           "(None: the environment's choice, else 'full')")
     judge: JudgeConfig | None = Field(None, description="grades the tasks whose checker is 'judge'")
     out: str = Field("out/eval", description="folder for the table, metrics and trajectories")
+
+    @model_validator(mode="after")
+    def _one_task_source(self) -> EvalFileConfig:
+        if self.env is not None and self.tasks is not None:
+            raise ValueError("give env or tasks, not both: an environment brings its own test tasks")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> EvalFileConfig:
@@ -85,6 +94,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                                        "for the judge of checker 'judge'")
     p.add_argument("--judge-model", default=None, help="the judge's model name")
     p.add_argument("--judge-api-key-env", default=None, help="environment variable holding the judge's key")
+    p.add_argument("--env", default=None, help="a shipped environment by name (orchestra-mini, orchestra-choice, "
+                                               "shop, airline, toy): its test tasks, tools and prompt settings")
     p.add_argument("--tasks", default=None, help="tasks JSONL (default: orchestra-mini test split)")
     p.add_argument("--suite-seed", type=int, default=0)
     p.add_argument("--cards", default="toolcards", help="folder of tool cards")
@@ -125,10 +136,11 @@ def settings(args: argparse.Namespace) -> EvalFileConfig:
     judge = _from_flags(lambda: JudgeConfig(base_url=args.judge_endpoint, model=args.judge_model,
                                             api_key_env=args.judge_api_key_env),
                         {"base_url": "--judge-endpoint", "model": "--judge-model"}) if args.judge_endpoint else None
-    return _from_flags(lambda: EvalFileConfig(policies=policies, tasks=args.tasks, suite_seed=args.suite_seed,
+    return _from_flags(lambda: EvalFileConfig(policies=policies, env=args.env, tasks=args.tasks,
+                                              suite_seed=args.suite_seed,
                                               cards=args.cards, reward=args.reward, baselines=args.baselines,
                                               tool_schema=args.tool_schema, judge=judge, out=args.out),
-                       {"policies": "--policy", "out": "--out", "tasks": "--tasks", "cards": "--cards"})
+                       {"policies": "--policy", "out": "--out", "tasks": "--tasks", "cards": "--cards", "env": "--env"})
 
 
 def _from_flags(build: Any, flags: dict[str, str]) -> Any:
@@ -152,28 +164,26 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.commands._output import writable_folder
     from orchlib.evaluate import EVAL_ROLLOUT, compare, evaluate, reward_across
     from orchlib.models import PolicyLoadError
-    from orchlib.reward import Reward, RewardFileError
-    from orchlib.tasks import TaskFileError, load_tasks
-    from orchlib.tools import CardError, Toolbox
+    from orchlib.reward import RewardFileError
+    from orchlib.tasks import TaskFileError
+    from orchlib.tools import CardError
 
     cfg = settings(args)
     writable_folder(cfg.out, "--out")  # before loading policies and minutes of rollouts, not at the first save
     try:
-        if cfg.tasks:
-            tasks = load_tasks(cfg.tasks)
-        else:
-            from orchlib.envs import make_suite
-
-            tasks = make_suite(cfg.suite_seed).test
-        toolbox, reward = Toolbox.load(cfg.cards), Reward.load(cfg.reward)
+        env = _environment(cfg)
         policies = {p.name: _policy(p) for p in cfg.policies}
         judge = _judge(cfg.judge, cfg.out)  # reads its cache file: a corrupt one is bad input, named here
     except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError, ValueError) as e:
         raise UsageError(_one_line(e)) from None
-    config = EVAL_ROLLOUT.model_copy(update={"tool_schema": cfg.tool_schema})
+    # the environment's prompt settings stand unless --tool-schema says otherwise (both set and differing: an error)
+    config = EVAL_ROLLOUT.model_copy(update={"tool_schema": cfg.tool_schema} if cfg.tool_schema else {})
+    if cfg.tool_schema and env.prompt.get("tool_schema", cfg.tool_schema) != cfg.tool_schema:
+        raise UsageError(f"--tool-schema {cfg.tool_schema}: environment {env.name!r} lists its tools "
+                         f"{env.prompt['tool_schema']!r}; leave the flag out")
+    tasks, toolbox, reward = env.test, env.tools, env.reward
     with _judging(judge):
-        reports = {name: evaluate(engine, tasks, toolbox, reward, config, name=name)
-                   for name, engine in policies.items()}
+        reports = {name: evaluate(engine, env, config=config, name=name) for name, engine in policies.items()}
         if cfg.baselines:
             from orchlib.baselines import make_baselines
 
@@ -182,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
                 from orchlib.models import build_default_policy
 
                 tok = build_default_policy("tiny")[1]
-            engines = make_baselines(tasks, toolbox, tok, config=config)
-            reports.update({n: evaluate(e, tasks, toolbox, reward, config, name=n) for n, e in engines.items()})
+            engines = make_baselines(tasks, toolbox, tok, config=env.rollout_config(config))
+            reports.update({n: evaluate(e, env, config=config, name=n) for n, e in engines.items()})
     out = Path(cfg.out)
     for name, report in reports.items():
         report.save(out / name)
@@ -195,6 +205,29 @@ def run(args: argparse.Namespace) -> int:
         if judge.errors:
             print(f"  {len(judge.errors)} grades failed and were scored 0, e.g.: {judge.errors[0]['error']}")
     return 0
+
+
+def _environment(cfg: EvalFileConfig):
+    """The Environment the settings name: a shipped one by name (its reward replaced by `cfg.reward`), or
+    the tasks file (default: orchestra-mini's test split) with the cards and reward given."""
+    from orchlib.env import Environment
+    from orchlib.reward import Reward
+    from orchlib.tasks import load_tasks
+    from orchlib.tools import Toolbox
+
+    reward = Reward.load(cfg.reward)
+    if cfg.env:
+        from orchlib.envs import make_environment
+
+        return make_environment(cfg.env, seed=cfg.suite_seed, reward=reward)
+    if cfg.tasks:
+        tasks = load_tasks(cfg.tasks)
+    else:
+        from orchlib.envs import make_suite
+
+        tasks = make_suite(cfg.suite_seed).test
+    return Environment(train=[], test=tasks, tools=Toolbox.load(cfg.cards), reward=reward,
+                       name=Path(cfg.tasks).stem if cfg.tasks else "orchestra-mini")
 
 
 def _one_line(e: Exception) -> str:

@@ -39,7 +39,7 @@ from orchlib.demo.html import report_html
 from orchlib.demo.report import SHARED, summarize_demo, table_text
 from orchlib.envs.choice import counterbalanced
 from orchlib.envs.choice import offer_choice as _retool
-from orchlib.evaluate import anchored_reward, choice_gap, reference_runs
+from orchlib.experiments.probes import anchored_reward, choice_gap, reference_runs
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall, write_jsonl
@@ -232,7 +232,7 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
 
 
 def calculator_only(tasks: list[Task]) -> list[Task]:
-    """`tasks` with the calculator as arithmetic's only golden tool (`DemoConfig.warm_calculator`)."""
+    """`tasks` with the calculator as arithmetic's only golden tool (`WarmStartConfig.calculator_only`)."""
     return [t.model_copy(update={"golden": t.golden.model_copy(update={"alternatives": []})})
             if t.category == "arithmetic" else t for t in tasks]
 
@@ -247,31 +247,10 @@ def replay_examples(gold: list, tokenizer, choice: set[str]) -> list:
     before `counterbalanced` gives each task one tool), the tool's name is left out of the loss (the choice
     is GRPO's to learn; the call's format is not)."""
     from orchlib.train import SFTExample
-    from orchlib.train.replay import unlabel_names
+    from orchlib.experiments.replay import unlabel_names
 
     return [unlabel_names(SFTExample(g.ids, g.mask), tokenizer) if g.category in choice
             else SFTExample(g.ids, g.mask) for g in gold]
-
-
-def _grpo_settings(config: DemoConfig):
-    """The demo's GRPOConfig (the paper's knobs) and VariantConfig (the experimental ones it uses)."""
-    from orchlib.train import GRPOConfig, VariantConfig
-
-    grpo = GRPOConfig(seed=config.seed, learning_rate=config.learning_rate, kl_coef=config.kl_coef,
-                      shared_prompt=True,
-                      tasks_per_step=config.tasks_per_step, group_size=config.group_size,
-                      advantage_scale=config.advantage_scale, rollout=DEMO_ROLLOUT,
-                      warmup_steps=config.warmup_steps,
-                      decay_steps=max(config.steps - config.warmup_steps, 1) if config.lr_decay and config.steps
-                      else None)
-    variants = VariantConfig(paired_profiles=DEMO_PROFILES, category_quota=config.category_quota,
-                             balance_categories=config.balance_categories and config.category_quota is None,
-                             preference_contrast=config.preference_contrast, contrast_unseen=config.contrast_unseen,
-                             contrast_categories=config.contrast_categories,
-                             policy_tokens=config.policy_tokens,
-                             kl_tokens=config.kl_tokens, kl_estimator=config.kl_estimator,
-                             choice_gradient=config.choice_gradient, choice_baseline=config.choice_baseline)
-    return grpo, variants
 
 
 def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoResult:
@@ -279,10 +258,11 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     import torch
 
     from orchlib.engines import TransformersEngine
+    from orchlib.env import Environment
     from orchlib.models import build_default_policy
     from orchlib.reward import Reward
-    from orchlib.train import SFTConfig, Trainer, golden_trajectories, sft_train
-    from orchlib.train.replay import SFTReplay
+    from orchlib.experiments.replay import SFTReplay
+    from orchlib.train import Trainer, golden_trajectories, sft_train
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -297,35 +277,30 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     wall["setup"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    ws = config.warm_start
     engine = TransformersEngine(model, tok, seed=config.seed, share_prompts=True)
-    pool = copy_drills(config.seed, config.copy_drills + 64 + config.sft_extra_arithmetic,
-                       {t.prompt for t in train + test})
-    drills, heldout = pool[:config.copy_drills], pool[-64:]
-    extra = extra_arithmetic(pool[config.copy_drills:-64], config.seed)
+    pool = copy_drills(config.seed, ws.copy_drills + 64 + ws.extra_arithmetic, {t.prompt for t in train + test})
+    drills, heldout = pool[:ws.copy_drills], pool[-64:]
+    extra = extra_arithmetic(pool[ws.copy_drills:-64], config.seed)
     copy_sft, phase1_copy = None, 0.0
-    if config.copy_drills and config.copy_max_steps:
-        copy_sft = sft_train(model, tok, copy_examples(drills, tok),
-                             SFTConfig(seed=config.seed, max_steps=config.copy_max_steps, batch_size=16,
-                                       shared_prompt=True,
-                                       learning_rate=config.copy_learning_rate, schedule="constant",
-                                       warmup_fraction=0.02),
+    if ws.copy_drills and ws.copying.max_steps:
+        copy_sft = sft_train(model, tok, copy_examples(drills, tok), ws.copying.model_copy(update={"seed": config.seed}),
                              progress=progress, until=gate_with_margin(lambda: copy_accuracy(engine, heldout),
-                                                                       config.copy_gate, config.copy_margin_steps, 50),
+                                                                       ws.copy_gate, ws.copy_margin_steps, 50),
                              check_every=50, desc="warm start 1/2: copy drills")
         phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
-    extra += extra_gsm8k(config.seed, config.sft_extra_gsm8k, {t.prompt for t in train + test})
+    extra += extra_gsm8k(config.seed, ws.extra_gsm8k, {t.prompt for t in train + test})
     # no tool drawn per task: a draw is learned by heart and biases the choice; each valid tool is written
     # (`each`), or each GSM8K question under both profiles, one tool each, each way on half (`counterbalanced`)
-    warm = calculator_only(train + extra) if config.warm_calculator else train + extra
+    warm = calculator_only(train + extra) if ws.calculator_only else train + extra
     choice = choice_categories(warm)  # the replay leaves these names out of its loss
-    if config.warm_choice == "counterbalanced":
+    if ws.choice == "counterbalanced":
         warm = counterbalanced(warm, config.seed)
     gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
     golden_warm = list(gold)  # what SFT replay draws from (not the reading drills)
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
-    gold += reading_drills(extra, config.reading_drills, tok, config.seed, reading_box)
-    sft = sft_train(model, tok, gold, SFTConfig(seed=config.seed, max_steps=config.sft_steps, batch_size=16,
-                                                shared_prompt=True, learning_rate=config.sft_learning_rate),
+    gold += reading_drills(extra, ws.reading_drills, tok, config.seed, reading_box)
+    sft = sft_train(model, tok, gold, ws.golden.model_copy(update={"seed": config.seed}),
                     progress=progress, desc="warm start 2/2: golden trajectories")
     engine.clear_prefix_cache()
     wall["warm_start"] = time.perf_counter() - t
@@ -338,20 +313,20 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     checks["copy_heldout_accuracy"] = phase1_copy
     model.eval()
     checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
-    if config.reading_drills:  # whether the drills taught P's reading on their own pair (none without them)
+    if ws.reading_drills:  # whether the drills taught P's reading on their own pair (none without them)
         checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],
                                                   reading_box, DEMO_ROLLOUT, READING_PAIR["accuracy"], DEMO_PROFILES)
     wall["eval_before"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    grpo, variants = _grpo_settings(config)
+    grpo = config.grpo_config()
     rl_train = [t for t in train if t.category in config.rl_categories]
-    hooks = variants.hooks()
+    hooks = config.variants.hooks()
     if config.replay_coef:
         hooks = hooks.with_extra_loss(SFTReplay(replay_examples(golden_warm, tok, choice), config.replay_coef,
                                                 config.replay_batch, config.seed))
-    trainer = Trainer((model, tok), rl_train, toolbox, reward, grpo, hooks=hooks,
-                      policy_source=f"default-{config.size}")
+    env = Environment(train=rl_train, test=under(test), tools=toolbox, reward=reward, name="demo")
+    trainer = Trainer((model, tok), env, grpo, hooks=hooks, policy_source=f"default-{config.size}")
     _train(trainer, rl_train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t
 
@@ -371,10 +346,10 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
 
 def _train(trainer, train, toolbox, tok, reward, config, progress):
     """GRPO steps; each step's history also gets `reward_anchored`, its rollouts' reward against fixed
-    reference runs of their tasks (`orchlib.evaluate.anchored_reward`): the training reward is normalised
+    reference runs of their tasks (`orchlib.experiments.probes.anchored_reward`): the training reward is normalised
     within groups and falls as a group's rollouts come to agree."""
     refs = reference_runs(under(train), toolbox, tok, DEMO_ROLLOUT)
-    G = config.group_size
+    G = config.grpo.group_size
 
     def anchor(report) -> None:
         groups = [report.trajectories[i:i + G] for i in range(0, len(report.trajectories), G)]

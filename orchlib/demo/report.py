@@ -172,7 +172,7 @@ def table_text(m: dict[str, Any]) -> str:
              f"{m['reward_last10']:.3f} (within each step's own groups, as the update sees it: "
              f"{m['reward_in_group_first10']:.3f} -> {m['reward_in_group_last10']:.3f}); groups per step with a "
              f"learning signal (rewards not all "
-             f"equal), of {m['config']['tasks_per_step']} per profile: "
+             f"equal), of {m['config']['grpo']['tasks_per_step']} per profile: "
              + _listed(m["groups_kept_per_step"], ".2f") + "; mean advantage of the rollouts calling the "
              f"generalist: {_listed(m['generalist_advantage_per_step'], '+.3f')}",
              "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())

@@ -1,5 +1,5 @@
 """GRPOConfig: what every GRPO run needs, and no more. Experimental objectives and samplers have their own
-config (`orchlib.train.variants.VariantConfig`).
+config (`orchlib.experiments.variants.VariantConfig`).
 
 The paper is ToolOrchestra (arXiv 2511.21689) and its released training config; the defaults run the tiny
 policy on a laptop CPU, and each field says where it departs from the paper's 8B run.

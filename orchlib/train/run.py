@@ -1,9 +1,9 @@
 """A whole training run from one config (what `orchlib train --config FILE` runs).
 
 The file holds the same config objects as the Python API: `grpo:` is a GRPOConfig (with its
-`rollout:`), `variants:` a VariantConfig (the experimental ones; empty = the paper's GRPO),
-`warm_start:` an SFTConfig, `evaluation:` a RunEvaluation. `policy: Qwen/Qwen3-8B` with a gpt-5
-card in `cards:` is the real-scale path (see examples/qwen3_8b.yaml); examples/smollm2_choice.yaml
+`rollout:`), `warm_start:` an SFTConfig, `evaluation:` a RunEvaluation, `hooks:` a HooksPlugin (hooks from
+outside the paper's path, named by import path; empty = the paper's GRPO). `policy: Qwen/Qwen3-8B` with a
+gpt-5 card in `cards:` is the real-scale path (see examples/qwen3_8b.yaml); examples/smollm2_choice.yaml
 trains a real pretrained model on 2 CPU cores; the defaults train the tiny policy on a laptop.
 
 With `evaluation:`, the run evaluates the policy on the suite's test split after the warm start
@@ -27,8 +27,9 @@ from orchlib.env import Environment
 from orchlib.train.config import GRPOConfig
 from orchlib.train.evaluation import RunEvaluation
 from orchlib.train.grpo import StepReport, Trainer
+from orchlib.train.hooks import Hooks
+from orchlib.train.plugin import HooksPlugin
 from orchlib.train.sft import SFTConfig
-from orchlib.train.variants import VariantConfig
 
 __all__ = ["RunConfig", "run_training", "load_environment", "load_world"]
 
@@ -49,8 +50,9 @@ class RunConfig(BaseModel):
     warm_start: SFTConfig | None = Field(default_factory=SFTConfig, description="SFT on golden trajectories "
                                          "first; null to skip (a real instruction model needs none)")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    variants: VariantConfig = Field(default_factory=VariantConfig, description="experimental objectives and "
-                                    "samplers (train/variants.py); the defaults are the paper's GRPO")
+    hooks: HooksPlugin | None = Field(None, description="training hooks by import path, e.g. `{from: "
+                                      "'orchlib.experiments.variants:VariantConfig', with: {paired_profiles: "
+                                      "[accuracy, thrifty]}}`; empty = the paper's GRPO")
     evaluation: RunEvaluation | None = Field(None, description="evaluate before and after GRPO, beside the "
                                              "baselines, on the suite's test split (needs a suite, not `tasks`)")
     out: str = Field("runs/train", description="checkpoint and metrics folder; a rerun resumes from it")
@@ -111,10 +113,11 @@ def run_training(cfg: RunConfig, progress: bool = True,
     rollout_config = env.rollout_config(cfg.grpo.rollout)  # the prompts as the environment renders them
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
+    hooks = cfg.hooks.build() if cfg.hooks is not None else Hooks()
     wall: dict[str, float] = {}
     reports: dict[str, Any] = {}
     if find_checkpoint(ckpt):
-        trainer = Trainer.resume(ckpt, env, hooks=cfg.variants.hooks())
+        trainer = Trainer.resume(ckpt, env, hooks=hooks)
     else:
         t0 = time.perf_counter()
         model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
@@ -125,7 +128,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
             gold = golden_trajectories(with_golden, toolbox, tok, rollout_config, seed=cfg.warm_start.seed)
             sft_train(model, tok, gold, cfg.warm_start, progress=progress)
             wall["warm_start"] = time.perf_counter() - t0
-        trainer = Trainer((model, tok), env, cfg.grpo, hooks=cfg.variants.hooks(), policy_source=cfg.policy)
+        trainer = Trainer((model, tok), env, cfg.grpo, hooks=hooks, policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
             reports["before RL"] = _evaluate_policy(trainer, env, cfg, "before RL")

@@ -34,7 +34,7 @@ def unlabel_names(example: SFTExample, tokenizer) -> SFTExample:
 
 @dataclass
 class SFTReplay:
-    """An `ExtraLoss` (`train/hooks.py`): `coef` x the mean cross-entropy of `batch_size` examples drawn
+    """An `ExtraLoss` (`orchlib.train.hooks`): `coef` x the mean cross-entropy of `batch_size` examples drawn
     afresh each update. The draw is seeded by (seed, step), so a resumed run replays what an unbroken one
     would have."""
 

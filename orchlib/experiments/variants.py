@@ -1,6 +1,7 @@
-"""Experimental objectives and samplers, plugged into the Trainer through `hooks.Hooks`; none is in the paper.
+"""Experimental objectives and samplers, plugged into the Trainer through `orchlib.train.hooks.Hooks`; none
+is in the paper.
 
-    from orchlib.train.variants import VariantConfig
+    from orchlib.experiments.variants import VariantConfig
     trainer = Trainer(policy, tasks, tools, reward, GRPOConfig(), hooks=VariantConfig(paired_profiles=("accuracy",
                       "thrifty"), preference_contrast=1.0).hooks())
 
