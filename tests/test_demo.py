@@ -102,6 +102,30 @@ def test_the_oracle_is_never_beaten_on_accuracy(demo):
         assert pol[name]["all"]["accuracy"] <= pol["oracle"]["all"]["accuracy"] + 1e-9
 
 
+def test_the_trained_policy_comes_back_and_sweeps_over_p(demo):
+    """`run_demo` returns the trained policy and its world; `sweep` runs it under each P of a grid on the
+    demo's test tasks: one point per P, from exactly the runs made under that P, each prompt showing it."""
+    from orchlib.demo.config import DEMO_ROLLOUT
+    from orchlib.engines import TransformersEngine
+    from orchlib.rollout import render_prompt, tool_schemas
+    from orchlib.sweep import preference_grid, sweep
+
+    model, tok = demo.policy
+    assert not model.training and len(demo.env.test) == 12 and demo.env.reward is not None
+    tasks = demo.env.test[:4]
+    prefs = preference_grid(cost=[0, 2])
+    result = sweep(TransformersEngine(model, tok, seed=0), tasks, demo.env.tools, prefs, config=DEMO_ROLLOUT)
+    assert [p.preference.name for p in result.points] == [p.name for p in prefs]
+    for point, pref in zip(result.points, prefs):
+        runs = [t for t in result.report.trajectories if t.preference["name"] == pref.name]
+        assert point.n == len(runs) == len(tasks)
+        assert point.accuracy == pytest.approx(sum(t.outcome for t in runs) / len(runs), abs=1e-12)
+        assert point.cost_usd == pytest.approx(sum(t.cost_usd for t in runs) / len(runs), rel=1e-9, abs=1e-15)
+        shown = render_prompt(tasks[0].model_copy(update={"preference": pref}),
+                              tool_schemas(demo.env.tools, tasks[0], DEMO_ROLLOUT.tool_schema), tok, DEMO_ROLLOUT)
+        assert pref.render() in shown  # the policy read this P, not the profile it was trained under
+
+
 def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
     from orchlib.demo.app import gate_with_margin
 

@@ -325,7 +325,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     if config.replay_coef:
         hooks = hooks.with_extra_loss(SFTReplay(replay_examples(golden_warm, tok, choice), config.replay_coef,
                                                 config.replay_batch, config.seed))
-    env = Environment(train=rl_train, test=under(test), tools=toolbox, reward=reward, name="demo")
+    env = Environment(train=rl_train, test=test, tools=toolbox, reward=reward, name="demo")
     trainer = Trainer((model, tok), env, grpo, hooks=hooks, policy_source=f"default-{config.size}")
     _train(trainer, rl_train, toolbox, tok, reward, config, progress)
     wall["grpo"] = time.perf_counter() - t
@@ -341,7 +341,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     trained = trainer.accelerator.unwrap_model(trainer.model).eval()
     metrics["choice_gap_points"] = choice_gap(trained, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
     table = write_outputs(out, metrics, after, baselines, trainer.history, reward)
-    return DemoResult(metrics, table, out, trainer.history)
+    return DemoResult(metrics, table, out, trainer.history, policy=(trained, tok), env=env)
 
 
 def _train(trainer, train, toolbox, tok, reward, config, progress):

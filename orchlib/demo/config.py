@@ -127,7 +127,13 @@ class DemoConfig(BaseModel):
 
 @dataclass
 class DemoResult:
+    """What `run_demo` returns: the numbers (also in metrics.json), the printed table, the output folder,
+    GRPO's per-step history, and the trained policy with the world it was trained in, to study further
+    (e.g. `orchlib.sweep.sweep(TransformersEngine(*result.policy), result.env.test, result.env.tools, ...)`)."""
+
     metrics: dict[str, Any]
     table: str
     out: Path
     history: list[dict[str, float]] = field(default_factory=list)
+    policy: tuple[Any, Any] | None = None   # (model, tokenizer) after GRPO, in eval mode
+    env: Any = None                          # the demo's Environment: train, test (each task once), tools, reward

@@ -12,7 +12,8 @@ from typing import Any, AsyncContextManager, Literal, Protocol, Sequence, runtim
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["SamplingParams", "Generation", "GenerateResult", "Engine", "TrainableEngine", "ChatPolicy"]
+__all__ = ["SamplingParams", "Generation", "GenerateResult", "Engine", "TrainableEngine", "ChatPolicy",
+           "shares_weights", "exact_logprobs"]
 
 
 class SamplingParams(BaseModel):
@@ -61,14 +62,38 @@ class Engine(Protocol):
 class TrainableEngine(Engine, Protocol):
     """An engine the trainer samples from and updates: after each optimiser step it drops the keys and
     values it kept of the old weights (`clear_prefix_cache`) and, when it holds a copy of the weights of
-    its own (vLLM), takes the new ones (`sync_weights`, timed in `last_sync["seconds"]`). The
-    transformers engine shares the trainer's model and so needs no sync."""
+    its own (vLLM), takes the new ones (`sync_weights`, timed in `last_sync["seconds"]`).
+
+    Two class attributes say how it stands to the trainer's model, so that the trainer never asks
+    which engine it has:
+
+    - `shares_weights`: it samples from the trainer's model object itself (the transformers engine), so
+      every update is already in it and `sync_weights` is never called;
+    - `exact_logprobs`: its log-probs are the trainer's own to float rounding (~1e-6: the same weights
+      and arithmetic), so they may serve as the ratio's denominator; otherwise (vLLM's kernels) the
+      trainer recomputes them before its update.
+
+    Both are optional, read through `shares_weights(engine)` and `exact_logprobs(engine)`: an engine
+    that does not set them shares the weights unless it has a `sync_weights` to take new ones, and its
+    log-probs are exact when it shares the weights."""
 
     last_sync: dict[str, float]
 
     def clear_prefix_cache(self) -> None: ...
 
     def sync_weights(self, model: Any) -> dict[str, float]: ...
+
+
+def shares_weights(engine: Any) -> bool:
+    """Whether `engine` samples from the trainer's own model (`TrainableEngine`), so that nothing is
+    synced after an update. Not set: True unless the engine can take weights (`sync_weights`)."""
+    return bool(getattr(engine, "shares_weights", not hasattr(engine, "sync_weights")))
+
+
+def exact_logprobs(engine: Any) -> bool:
+    """Whether `engine`'s sampled log-probs are the trainer's own (`TrainableEngine`). Not set: as
+    `shares_weights(engine)`, since an engine with weights of its own computes with kernels of its own."""
+    return bool(getattr(engine, "exact_logprobs", shares_weights(engine)))
 
 
 @runtime_checkable

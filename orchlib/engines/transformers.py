@@ -32,6 +32,11 @@ class TransformersEngine:
     prefills each distinct prompt of a batch once (a GRPO group sends one prompt G times).
     """
 
+    # `TrainableEngine`: it samples from the model it was given, which the trainer updates in place, with
+    # the trainer's own arithmetic; its log-probs are the trainer's (~1e-6) and nothing is ever synced
+    shares_weights = True
+    exact_logprobs = True
+
     def __init__(self, model, tokenizer, *, device: str | torch.device | None = None, seed: int = 0,
                  prefix_cache_mb: int = 1024, share_prompts: bool = False):
         self.model = model
@@ -122,8 +127,8 @@ class TransformersEngine:
             self.prefix_cache.clear()
 
     def sync_weights(self, model) -> dict[str, float]:
-        """Nothing to copy (`TrainableEngine`): this engine samples from the trainer's own model, so every
-        update is already in it."""
+        """Nothing to copy (`shares_weights`): this engine samples from the trainer's own model, so every
+        update is already in it. Returns at once."""
         self.last_sync = {"seconds": 0.0, "tensors": 0.0}
         return self.last_sync
 

@@ -70,6 +70,10 @@ class VLLMEngine:
     `VLLMEngine.for_model(model, tokenizer)` serves a model held in memory (the trainer's)."""
 
     name = "vllm"
+    # `TrainableEngine`: vLLM holds a copy of the weights (synced after every update) and computes with
+    # kernels of its own, so its log-probs differ from the trainer's (within ~1e-4 in fp32)
+    shares_weights = False
+    exact_logprobs = False
 
     def __init__(self, model: str | os.PathLike, tokenizer=None, *, config: VLLMConfig = VLLMConfig(),
                  seed: int = 0, lora: bool = False, dummy_weights: bool = False,

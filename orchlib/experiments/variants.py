@@ -374,6 +374,13 @@ class VariantLoss:
     def __init__(self, config: VariantConfig):
         self.config = config
 
+    @property
+    def needs_full_logprobs(self) -> bool:
+        """The exact KL, the merged KL and the expected choice read the whole distribution; the rest only
+        the sampled ids (then the trainer skips the [B, T, V] log-softmax)."""
+        v = self.config
+        return v.kl_estimator == "exact" or v.kl_tokens == "not_choice" or v.choice_gradient == "expected"
+
     def prepare(self, groups: list[list[Trajectory]], advantages: list[list[float]], tokenizer) -> list[Any]:
         v = self.config
         if v.choice_gradient == "sampled" and v.policy_tokens == "all" and v.kl_tokens == "all":

@@ -12,7 +12,9 @@ Run on several GPUs (or, on a machine without them, several CPU processes with g
 Every process draws the same tasks for a step and rolls out its own share of them (whole bundles: a
 task's groups never straddle processes), so advantages are computed locally and DDP averages the
 gradients. Experimental objectives and samplers plug in through `hooks=` (see `train/hooks.py` and
-`train/variants.py`); this loop never looks at which ones.
+`orchlib/experiments/variants.py`); this loop never looks at which ones, nor at which engine samples: the
+engine says whether it shares the trainer's weights and whether its log-probs are the trainer's own
+(`engines/base.py`'s `TrainableEngine`).
 
 Where this departs from the paper: laptop defaults (lr 5e-4 for a ~1 M-parameter policy instead of 1e-6
 for 8B; 4 tasks × 8 rollouts per step instead of 16 × 8), one optimiser step per batch of rollouts (so
@@ -37,20 +39,20 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from orchlib.engines.base import TrainableEngine
-from orchlib.engines.transformers import TransformersEngine
+from orchlib.engines.base import TrainableEngine, exact_logprobs, shares_weights
 from orchlib.env import Environment, bind_older, reward_terms
 from orchlib.rollout import rollout, shown_preference
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import (CheckpointError, commit, find_checkpoint, random_state_from_json,
                                       random_state_to_json, read_trainer_state, require, temporary_sibling)
 from orchlib.train.config import GRPOConfig, LoraSettings
-from orchlib.train.hooks import Hooks, MicroBatch
+from orchlib.train.hooks import Hooks, MicroBatch, needs_full_logprobs
+from orchlib.train.logprobs import sampled_logprobs
 from orchlib.train.loss import group_advantages, keep_groups
 from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
-__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor"]
+__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor", "make_engine"]
 
 
 @dataclass
@@ -106,6 +108,21 @@ def _environment(call: str, env, older: tuple, config: GRPOConfig | None) -> tup
     return env, args["config"]
 
 
+def make_engine(config: GRPOConfig, model, tokenizer, seed: int) -> TrainableEngine:
+    """The engine `config.engine` names, sampling from `model`: the model itself (transformers), or vLLM
+    in this process or at `config.vllm.base_url`, starting from the model's current weights. How the
+    trainer then treats it is the engine's to say (`TrainableEngine`), not the config's."""
+    if config.engine == "vllm":
+        if config.vllm.base_url:
+            from orchlib.engines.vllm_server import VLLMServerEngine as VLLM
+        else:
+            from orchlib.engines.vllm import VLLMEngine as VLLM
+        return VLLM.for_model(model, tokenizer, config.vllm, seed=seed)
+    from orchlib.engines.transformers import TransformersEngine
+
+    return TransformersEngine(model, tokenizer, seed=seed, share_prompts=config.shared_prompt)
+
+
 class Trainer:
     def __init__(self, policy, env: Environment | Sequence[Task], *older, config: GRPOConfig | None = None,
                  hooks: Hooks | None = None, policy_source: str | None = None):
@@ -152,17 +169,8 @@ class Trainer:
         self._can_skip_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
         self._share_prompts = config.shared_prompt and can_share(model, self.accelerator.num_processes)
         acc = self.accelerator
-        seed = config.seed * 1000 + acc.process_index
-        self.engine: TrainableEngine
-        if config.engine == "vllm":  # starts holding the model's current weights (after any warm start)
-            if config.vllm.base_url:
-                from orchlib.engines.vllm_server import VLLMServerEngine as VLLM
-            else:
-                from orchlib.engines.vllm import VLLMEngine as VLLM
-            self.engine = VLLM.for_model(acc.unwrap_model(self.model), self.tokenizer, config.vllm, seed=seed)
-        else:
-            self.engine = TransformersEngine(acc.unwrap_model(self.model), self.tokenizer, seed=seed,
-                                             share_prompts=config.shared_prompt)
+        self.engine: TrainableEngine = make_engine(config, acc.unwrap_model(self.model), self.tokenizer,
+                                                   seed=config.seed * 1000 + acc.process_index)
         self.toolbox, self.reward = env.tools, env.reward
         self.tasks = list(env.train)  # the pool each step draws from (a widget may set another)
         self.rng = random.Random(config.seed)
@@ -201,14 +209,15 @@ class Trainer:
         kept_groups = [(g, a) for g, a, k in zip(groups, adv.tolist(), keep.tolist()) if k]
         extra = hooks.token_loss.prepare([g for g, _ in kept_groups], [a for _, a in kept_groups], self.tokenizer)
         upd = self._update([t for g, _ in kept_groups for t in g], [x for _, a in kept_groups for x in a], extra)
-        if cfg.engine != "transformers" and "skipped" not in upd:  # the engine samples the next step's rollouts
+        synced = not shares_weights(self.engine) and "skipped" not in upd
+        if synced:  # the engine samples the next step's rollouts from a copy of the weights of its own
             self.engine.sync_weights(acc.unwrap_model(self.model))
         t3 = time.perf_counter()
         # metrics, over every process
         self.step_count += 1
         metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
         times = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0}
-        if cfg.engine != "transformers" and "skipped" not in upd:
+        if synced:
             times["time/sync"] = self.engine.last_sync["seconds"]  # a part of time/update
         if acc.num_processes > 1:  # the step lasts as long as its slowest process
             times = {k: max(d[k] for d in _gather_dicts(times)) for k in times}
@@ -312,17 +321,14 @@ class Trainer:
         start = int(mask.any(0).nonzero()[0]) if bool(mask.any()) else 0
         tgt, mask, old = ids[:, start + 1:], mask[:, start:], old[:, start:]
         lengths = [len(t.ids) for t in trajs]
-        logits = self._logits(self.model, ids, attn, ids.shape[1] - start, lengths)[:, :-1].float()
-        if cfg.rollout.temperature > 0:
-            logits = logits / cfg.rollout.temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+        logits = self._logits(self.model, ids, attn, ids.shape[1] - start, lengths)  # the last predicts no id
+        logp, logp_all, ent = self._policy_logprobs(logits, tgt)
+        del logits  # the graph keeps what its backward needs: the rest is freed before the loss runs
         with torch.no_grad():
-            ent = -(logp_all.exp() * logp_all).sum(-1)
             # |engine's log-prob - trainer's| on the sampled tokens: ~1e-6 for the transformers engine,
             # a kernel/precision difference for vLLM (reported, never used in the update)
             gap = (logp - old).abs() * mask
-        if cfg.engine != "transformers":
+        if not exact_logprobs(self.engine):
             # One optimiser step per batch: these weights are the ones that sampled, so the trainer's own
             # log-probs are the ratio's denominator and an engine mismatch cannot bias the update.
             old = logp.detach()
@@ -337,6 +343,20 @@ class Trainer:
                      "_mismatch_max": float(gap.max()) if gap.numel() else 0.0, "_weight": weight}
             stats.update({k: float(v) * weight for k, v in s.items()})
         return loss * (weight / denom), stats
+
+    def _policy_logprobs(self, logits: torch.Tensor, tgt: torch.Tensor):
+        """(log-probs of `tgt` [B, T] with grad, the log-softmax [B, T, V] with grad or None, entropy [B, T])
+        under softmax(logits / temperature); `logits` [B, T + 1, V]. The [B, T, V] log-softmax and its graph
+        are built only for a token loss that reads them: on a real vocabulary they are the largest tensors
+        of the update."""
+        temp = self.config.rollout.temperature or 1.0
+        if not needs_full_logprobs(self.hooks.token_loss):
+            logp, ent = sampled_logprobs(logits, tgt, temp, entropy=True)
+            return logp, None, ent
+        logp_all = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+        return logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1), logp_all, ent
 
     def _logits(self, model, ids, attn, keep: int, lengths: list[int] | None = None) -> torch.Tensor:
         """Logits of the last `keep` positions (all of them for models whose forward cannot skip). With
@@ -357,10 +377,9 @@ class Trainer:
                 logits = self._logits(self.model, ids, attn, keep, lengths)
         else:
             logits = self._logits(self.ref_model, ids, attn, keep, lengths)
-        logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
         if full:
-            return logp
-        return logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+            return torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
+        return sampled_logprobs(logits, tgt, temp)[0]  # no [B, T, V] log-softmax at once
 
     def _metrics(self, trajs, rewards, terms, keep, upd, advantages) -> dict[str, float]:
         from accelerate.utils import gather_object

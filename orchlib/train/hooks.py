@@ -6,9 +6,9 @@ implementation of each, and `Hooks`, the bundle a `Trainer` is given.
     update      ── TokenLoss: prepare(groups, advantages, tokenizer) once per step, then (batch, config) per
                    micro-batch -> (loss, stats)
     extra loss  ── ExtraLoss(model, step, pad_id, share) -> (loss, stats), added to each update's (optional;
-                   `train/replay.py`'s SFT replay is one)
+                   `orchlib.experiments.replay`'s SFT replay is one)
 
-`Hooks()` is the paper's GRPO. `orchlib.train.variants.VariantConfig(...).hooks()` builds the
+`Hooks()` is the paper's GRPO. `orchlib.experiments.variants.VariantConfig(...).hooks()` builds the
 experimental ones; any object with the same call shape plugs in the same way.
 """
 
@@ -26,7 +26,7 @@ from orchlib.train.loss import grpo_loss
 from orchlib.trajectory import Trajectory
 
 __all__ = ["TaskSampler", "AdvantageTransform", "TokenLoss", "ExtraLoss", "MicroBatch", "Hooks", "uniform_draw",
-           "keep_advantages", "PaperLoss"]
+           "keep_advantages", "needs_full_logprobs", "PaperLoss"]
 
 
 class TaskSampler(Protocol):
@@ -48,8 +48,9 @@ class MicroBatch:
     T covers the positions from the first one that predicts a sampled id."""
 
     logp: torch.Tensor            # [B, T] log-probs of the sampled ids (with grad)
-    logp_all: torch.Tensor        # [B, T, V] the log-softmax they come from (with grad)
-    old_logp: torch.Tensor        # [B, T] at sampling time
+    logp_all: torch.Tensor | None  # [B, T, V] their log-softmax (with grad); None unless needs_full_logprobs
+    old_logp: torch.Tensor        # [B, T] the ratio's denominator: the engine's (or, where those are not
+    #                               exact, the trainer's own) log-probs of the weights that sampled
     adv: torch.Tensor             # [B]
     mask: torch.Tensor            # [B, T] 1 on sampled ids
     entropy: torch.Tensor         # [B, T] (no grad)
@@ -59,6 +60,12 @@ class MicroBatch:
 
 
 class TokenLoss(Protocol):
+    """The update's loss. `needs_full_logprobs`: whether it reads `MicroBatch.logp_all`; only then is the
+    [B, T, V] log-softmax kept with its graph (for a large vocabulary, the largest tensor of the update).
+    A loss that does not say gets it (`needs_full_logprobs(loss)`)."""
+
+    needs_full_logprobs: bool
+
     def prepare(self, groups: list[list[Trajectory]], advantages: list[list[float]], tokenizer) -> list[Any]:
         """Once per step, over the kept groups: one entry per trajectory, handed back in `MicroBatch.extra`."""
 
@@ -71,6 +78,12 @@ class ExtraLoss(Protocol):
         """A loss added to update `step`'s (the model in train mode; `share`: the trainer computes a head
         that rows share once), and its stats for the step's metrics. A step whose groups were all left out
         takes no update, and so no extra loss either."""
+
+
+def needs_full_logprobs(loss: TokenLoss) -> bool:
+    """Whether the trainer hands `loss` the full log-softmax (`MicroBatch.logp_all`): what the loss
+    declares, and True for a loss that declares nothing (it may read it)."""
+    return bool(getattr(loss, "needs_full_logprobs", True))
 
 
 def uniform_draw(rng: random.Random, tasks: Sequence[Task], k: int) -> list[list[Task]]:
@@ -86,6 +99,8 @@ def keep_advantages(adv: torch.Tensor, keep: torch.Tensor, tasks: list[Task],
 
 class PaperLoss:
     """`loss.grpo_loss` on every sampled id, with the k3 KL to the reference when kl_coef > 0."""
+
+    needs_full_logprobs = False  # both terms read the sampled ids' log-probs only
 
     def prepare(self, groups, advantages, tokenizer) -> list[Any]:
         return [None for g in groups for _ in g]

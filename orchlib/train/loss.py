@@ -9,7 +9,7 @@
   mean, then the mean over sequences).
 - grpo_loss: surrogate + kl_coef * KL, averaged over the sampled tokens.
 
-Experimental objectives (other KLs, masks, expected choices) are in `orchlib.train.variants`.
+Experimental objectives (other KLs, masks, expected choices) are in `orchlib.experiments.variants`.
 """
 
 from __future__ import annotations
