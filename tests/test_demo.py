@@ -18,7 +18,8 @@ def demo(tmp_path_factory, policy_cache):
     mp.setenv("ORCHLIB_CACHE", str(policy_cache))
     out = tmp_path_factory.mktemp("demo")
     cfg = merged(DemoConfig(), {"steps": 12, "n_train": 40, "n_test": 12, "eval_samples": 1, "out": str(out),
-                                "warm_start": {"copy_drills": 64, "copying": {"max_steps": 30}, "golden": {"max_steps": 20},
+                                "warm_start": {"copy_drills": 64, "copying": {"max_steps": 30},
+                                               "golden": {"max_steps": 20},
                                                "extra_arithmetic": 16, "extra_gsm8k": 16, "reading_drills": 32}})
     yield run_demo(cfg, progress=False)
     mp.undo()
@@ -211,7 +212,8 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
     monkeypatch.setattr(subprocess, "run", caught)
     # --set: any DemoConfig field, its value read as YAML, for every seed
     for seed, pairs, fields in ((3, [], {}), (4, ["split_seed=null"], {"split_seed": None}),
-                                (2, ["warm_start.golden.max_steps=200", "variants.contrast_categories=[gsm8k, arithmetic]"],
+                                (2, ["warm_start.golden.max_steps=200",
+                                     "variants.contrast_categories=[gsm8k, arithmetic]"],
                                  {"warm_start": {"golden": {"max_steps": 200}},
                                   "variants": {"contrast_categories": ["gsm8k", "arithmetic"]}})):
         with pytest.raises(RuntimeError, match="caught"):

@@ -284,7 +284,8 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     extra = extra_arithmetic(pool[ws.copy_drills:-64], config.seed)
     copy_sft, phase1_copy = None, 0.0
     if ws.copy_drills and ws.copying.max_steps:
-        copy_sft = sft_train(model, tok, copy_examples(drills, tok), ws.copying.model_copy(update={"seed": config.seed}),
+        copying = ws.copying.model_copy(update={"seed": config.seed})
+        copy_sft = sft_train(model, tok, copy_examples(drills, tok), copying,
                              progress=progress, until=gate_with_margin(lambda: copy_accuracy(engine, heldout),
                                                                        ws.copy_gate, ws.copy_margin_steps, 50),
                              check_every=50, desc="warm start 1/2: copy drills")
