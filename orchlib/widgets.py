@@ -707,9 +707,9 @@ class UserPanel(widgets.VBox):
     policy, a trained one, an API policy) works on `task` (default: the environment's first test task)
     with the environment's tools and prompt settings, in a background thread; when it replies without
     calling a tool, the panel waits for you. Type the user's message and press **Send**; **End** ends the
-    conversation (as a user who writes `###STOP###`). The timeline grows as the conversation goes: each tool call with what it
-    returned, its cost (USD) and latency (s), the orchestrator's replies and yours; when the episode
-    ends, its totals and `viz.timeline`. **New conversation** starts over.
+    conversation (as a user who writes `###STOP###`). The timeline grows as the conversation goes: each
+    tool call with what it returned, its cost (USD) and latency (s), the orchestrator's replies and
+    yours; when the episode ends, its totals and `viz.timeline`. **New conversation** starts over.
 
     The episode is an ordinary `rollout` of a copy of `task` whose user is the panel's `PersonUser`,
     so `panel.trajectory` is a Trajectory like any other: `save(path)` writes it (JSONL) and
