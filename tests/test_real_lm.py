@@ -210,3 +210,36 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
         assert per["controllability"] == {"arithmetic": 0.0, "gsm8k": 0.0}
         assert per["by_profile"]["accuracy"]["calls"] == per["by_profile"]["thrifty"]["calls"]
     assert (tmp_path / "evaluation.txt").read_text().splitlines()[0].startswith("policy")
+
+
+@needs_wheel
+def test_a_person_talks_to_the_real_model_in_the_user_panel(smollm2):
+    """The UserPanel driven by SmolLM2 itself (not a script): the model's turns, whatever it samples, are
+    its own tokens with their log-probs; a typed message reaches its next prompt; End closes the episode
+    and the typed turns replay."""
+    from orchlib.engines import TransformersEngine
+    from orchlib.envs.airline import environment
+    from orchlib.widgets import UserPanel
+
+    model, tok = smollm2
+    config = RolloutConfig(max_turns=2, max_new_tokens=16, max_total_tokens=4096)
+    panel = UserPanel(environment(), TransformersEngine(model, tok, seed=0), config=config)
+    first = panel.wait_for_turn(300)
+    assert first in ("waiting", "done"), panel.error_traceback
+    state = first
+    if state == "waiting":  # the model answered in prose: the person's turn
+        panel.send("Please cancel reservation R1002.")
+        state = panel.wait_for_turn(300)
+    if state == "waiting":
+        panel.end()
+    assert panel.wait(300) and panel.state == "done" and panel.error is None, panel.error_traceback
+    traj = panel.trajectory
+    sampled = [i for i, m in enumerate(traj.mask) if m]
+    assert sampled and all(traj.logprobs[i] <= 0.0 for i in sampled)  # the model's own ids, scored by it
+    assert panel.task.prompt in tok.decode(traj.ids[:traj.prompt_len])  # the first prompt: the task's, rendered
+    if first == "waiting":
+        assert "Please cancel reservation R1002." in tok.decode(traj.ids)
+        assert panel.replay_task().user.kind == "replayed"
+    who = [e["who"] for e in panel.events]
+    assert who[-1] == "end" and set(who) <= {"orchestrator", "tool", "you", "end"}
+    assert who.count("you") == (1 if first == "waiting" else 0) + (state == "waiting")
