@@ -52,8 +52,10 @@ info: $(VENV)/.core-$(HASH)
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
 
 # Two workers (pytest-xdist), a test file each at a time: files share their module fixtures.
+# One torch/OpenMP thread per process: two workers (and the subprocesses they start) on 2 cores would
+# otherwise run 4+ spinning threads on 2 cores.
 test: $(VENV)/.dev-$(HASH) /usr/bin/chromium /usr/bin/bwrap
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 $(ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile --durations=15 $(ARGS)
 
 bench: $(VENV)/.dev-$(HASH)
 	$(PIP) -e ".[bench]"
