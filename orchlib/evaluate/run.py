@@ -99,24 +99,6 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
     return EvalReport(label, metrics, [], rewards, trajectories_path=Path(trajectories_to))
 
 
-def _cut_before_any_call(trajectories: Sequence[Trajectory]) -> Counter[str]:
-    """Episodes that ended on a limit (the token budget, or max_new_tokens mid-turn) without one tool call."""
-    return Counter(t.finish_reason for t in trajectories
-                   if t.finish_reason in ("token_budget", "length") and not any(t.calls.values()))
-
-
-def _warn_cut_short(counts: Counter[str], total: int, label: str, config: RolloutConfig) -> None:
-    """Say so when episodes were scored 0 at $0 because the rollout's limits left no room to call a tool."""
-    if counts["token_budget"]:
-        warnings.warn(f"{label}: {counts['token_budget']} of {total} episodes ended on the token budget before any "
-                      f"tool call (scored 0 at $0): the prompt leaves no room within max_total_tokens="
-                      f"{config.max_total_tokens}; raise it, or shorten the prompt (fewer or shorter tool "
-                      "schemas)", stacklevel=3)
-    if counts["length"]:
-        warnings.warn(f"{label}: {counts['length']} of {total} episodes were cut at max_new_tokens="
-                      f"{config.max_new_tokens} before any tool call (scored 0 at $0): a call with several "
-                      "arguments may need more tokens than that", stacklevel=3)
-
 def _group_rewards(trajectories: Sequence[Trajectory], tasks: Sequence[Task], group_size: int, reward) -> list[float]:
     """The reward of every trajectory, computed per group (the G rollouts of one task) under its task's P."""
     out: list[float] = []
@@ -146,6 +128,7 @@ def _warn_cut_short(counts: Counter[str], total: int, label: str, config: Rollou
         warnings.warn(f"{label}: {counts['length']} of {total} episodes were cut at max_new_tokens="
                       f"{config.max_new_tokens} before any tool call (scored 0 at $0): a call with several "
                       "arguments may need more tokens than that", stacklevel=3)
+
 
 class _JsonlSink:
     """Trajectories appended to a temporary file beside `path`, renamed over it on success and removed
