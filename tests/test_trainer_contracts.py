@@ -179,7 +179,8 @@ def _reference(logits: torch.Tensor, ids: torch.Tensor, temperature: float):
     return logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1), -(logp_all.exp() * logp_all).sum(-1)
 
 
-@pytest.mark.parametrize("chunk", [1 << 22, 2 * 7 * 300, 100])  # whole batch; two rows a block; 1 position
+@pytest.mark.parametrize("chunk", [1 << 22, 2 * 7 * 300, 3 * 300, 100])  # whole batch; two rows a block;
+# three positions a block (the last one short of the row, beside the extra position); one position
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_sampled_logprobs_equal_log_softmax_and_gather_with_their_gradients(chunk, dtype):
     g = torch.Generator().manual_seed(0)

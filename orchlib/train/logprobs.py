@@ -36,7 +36,8 @@ def _blocks(rows: int, cols: int, vocab: int, budget: int) -> list[tuple[slice, 
         step = budget // max(1, cols * vocab)
         return [(slice(a, a + step), slice(0, cols)) for a in range(0, rows, step)]
     step = max(1, budget // vocab)
-    return [(slice(a, a + 1), slice(p, p + step)) for a in range(rows) for p in range(0, cols, step)]
+    # each piece ends at `cols`, not past it: the logits may hold positions beyond the ids' (see above)
+    return [(slice(a, a + 1), slice(p, min(p + step, cols))) for a in range(rows) for p in range(0, cols, step)]
 
 
 class _SampledLogProbs(torch.autograd.Function):
