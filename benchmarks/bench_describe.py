@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,6 +48,8 @@ from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.tools import Toolbox
 from orchlib.train import GRPOConfig, SFTConfig, Trainer, golden_trajectories, sft_train
+from orchlib.train.accel import cpu_description
+from orchlib.train.evaluation import well_formed
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = ("accuracy", "thrifty")
@@ -133,20 +137,234 @@ def rows_of(name: str, result: dict) -> list[list[str]]:
     return out
 
 
+# ---------------------------------------------------------------------------------- a real model, unseen tools
+# Three tools the recipe's policy never saw, under names that say nothing. Two replay real recorded
+# answers to the GSM8K test set (RouteLLM: GPT-4-1106 right on 1130/1319, Mixtral-8x7B on 842/1319) and
+# error on anything else; the third is simulated, exact on arithmetic and poor on word problems. In the
+# main arms they cost and take the same, so only the evidence of what each is good at tells them apart.
+RIGHT = {"gsm8k": "atlas", "arithmetic": "vega"}
+CATEGORY_WORDS = {"gsm8k": "math word problems", "arithmetic": "arithmetic expressions"}
+SAME_PRICE = {"per_m_input": 0.8, "per_m_output": 0.8}
+# the "repriced" arm: GPT-4-1106's list price for atlas, Mixtral's hosted price for lyra, a 7B's for vega
+LIST_PRICES = {"atlas": {"per_m_input": 10, "per_m_output": 30}, "lyra": {"per_m_input": 0.6, "per_m_output": 0.6},
+               "vega": {"per_m_input": 0.2, "per_m_output": 0.2}}
+
+
+def unseen_cards(prices: dict[str, dict[str, float]] | None = None):
+    """atlas (GPT-4-1106's recorded answers), lyra (Mixtral's), vega (simulated arithmetic expert), each with
+    the same one-line description apart from its name; `prices` per name, else all the same."""
+    from orchlib.cards import Latency, Price, load_card
+
+    shipped = {n: load_card(REPO / "orchlib" / "toolcards" / f"{n}.yaml") for n in ("gpt4", "mixtral", "specialist")}
+    vega_backend = {**shipped["specialist"].backend, "accuracy": {"default": 0.1, "arithmetic": 0.97, "gsm8k": 0.1}}
+    made = {"atlas": (shipped["gpt4"], {}), "lyra": (shipped["mixtral"], {}),
+            "vega": (shipped["specialist"], {"backend": vega_backend})}
+    return [card.model_copy(update={
+        "name": name, "description": f"{name.capitalize()}, a language model: it reads the task itself (no prompt "
+                                     f"needed) and its answer is the final answer.",
+        "price": Price(**(prices or {}).get(name, SAME_PRICE)), "latency": Latency(seconds=5.0), "tags": [],
+        **extra}) for name, (card, extra) in made.items()]
+
+
+def plain_text(stats) -> str:
+    """The same measurements said plainly: what the tool is good and bad at, in words, best first."""
+    from orchlib.describe_stats import percent, usd
+
+    cats = sorted(stats.categories.items(), key=lambda kv: -kv[1].success_rate)
+    verdict = lambda r: "Good at" if r >= 0.7 else "Bad at" if r <= 0.3 else "Fair at"  # noqa: E731
+    said = [f"{verdict(s.success_rate)} {CATEGORY_WORDS.get(c, c)} (right {percent(s.success_rate)} of the time)."
+            for c, s in cats]
+    return " ".join(said) + f" Costs about {usd(stats.overall.mean_cost_usd)} a call."
+
+
+def unseen_arms(describe_tasks, seed: int, describe_n: int) -> dict[str, list]:
+    """The four arms' cards: bare, described (orchlib.describe's template), plain (the same evidence in
+    words), and described with each tool at its own list price."""
+    arms = {"bare": unseen_cards()}
+    results = [describe(c, describe_tasks, n=describe_n, seed=seed, task_source="orchestra-mini train split")
+               for c in arms["bare"]]
+    arms["described"] = [r.card for r in results]
+    arms["plain"] = [c.model_copy(update={"description": f"{c.description} {plain_text(r.stats)}"})
+                     for c, r in zip(arms["bare"], results)]
+    repriced = unseen_cards(LIST_PRICES)
+    arms["described, list prices"] = [
+        describe(c, describe_tasks, n=describe_n, seed=seed, task_source="orchestra-mini train split").card
+        for c in repriced]
+    return arms
+
+
+def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps: int):
+    """The real-model recipe (`config`) with every seen tool's card described by `orchlib.describe` and
+    listed 'brief' (descriptions in the prompt): its SFT warm start, then `grpo_steps` of the paper's GRPO
+    (0: the warm start alone). Returns the Trainer."""
+    from orchlib.configfile import load_config
+    from orchlib.envs import SUITES
+    from orchlib.train.run import WORLD_FIELDS, RunConfig, run_training
+
+    cfg = load_config(config, RunConfig)
+    sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
+    suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
+    source = f"{cfg.suite} train split"
+    cards = [describe(c, suite.train, n=describe_n, seed=seed, task_source=source).card for c in suite.cards]
+    suite = suite.model_copy(update={"cards": cards})
+    rollout_config = cfg.grpo.rollout.model_copy(update={"tool_schema": "brief"})
+    run = RunConfig(**{k: getattr(cfg, k) for k in cfg.model_fields_set - WORLD_FIELDS}).model_copy(update={
+                        "policy": model, "steps": grpo_steps, "evaluation": None,
+                        "out": tempfile.mkdtemp(prefix="orchlib-describe-"),
+                        "grpo": cfg.grpo.model_copy(update={"seed": seed, "rollout": rollout_config}),
+                        "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None})
+    return run_training(run, progress=False, env=suite.environment(cfg.reward))
+
+
+def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n: int, grpo_steps: int) -> dict:
+    """One policy on every arm: the test questions under both profiles, each tool first in the list for a
+    third of them. `policy`: a checkpoint of the real-model recipe, or a model name to train here
+    (`train_reader`). Returns one row per episode (plain values) and the arms' descriptions."""
+    import torch
+
+    from orchlib.configfile import load_config
+    from orchlib.envs.mini import preference_for
+    from orchlib.rollout import rollout
+    from orchlib.train.run import RunConfig, load_environment
+
+    torch.set_num_threads(1)  # one process per seed, side by side
+    t0 = time.perf_counter()
+    cfg = load_config(config, RunConfig)
+    if Path(policy).is_dir():
+        trainer = Trainer.resume(policy, load_environment(cfg))  # the environment it trained in
+    else:
+        trainer = train_reader(policy, config, seed, describe_n, grpo_steps)
+    trained_s = time.perf_counter() - t0
+    rollout_config = trainer.rollout_config.model_copy(update={"tool_schema": "brief"})
+    # the recipe's own split: its held-out questions are the test, its training questions describe the tools
+    suite = make_suite(seed=cfg.suite_seed, n_train=cfg.suite_train, n_test=cfg.suite_test, categories=tuple(RIGHT))
+    test = [t for cat in RIGHT for t in [t for t in suite.test if t.category == cat][:n_test // len(RIGHT)]]
+    names = [c.name for c in unseen_cards()]
+    offer = lambda t: t.model_copy(update={"tools": names})  # noqa: E731
+    arms = unseen_arms([offer(t) for t in suite.train], seed, describe_n)
+    rows = []
+    for arm, cards in arms.items():
+        for turn in range(len(cards)):  # listing order rotated: position is no one tool's advantage
+            order = cards[turn:] + cards[:turn]
+            toolbox = Toolbox.from_cards(order)
+            tasks = [offer(t).model_copy(update={"id": f"{t.id}@{p}", "preference": preference_for(p, names, order)})
+                     for i, t in enumerate(test) if i % len(cards) == turn for p in PROFILES]
+            by_id = {t.id: t for t in tasks}
+            for traj in rollout(tasks, toolbox, trainer.engine, rollout_config, group_size=1, seed=seed):
+                t = by_id[traj.task_id]
+                first = next((c.name for turn_ in traj.turns for c in turn_.calls), None)
+                rows.append({"seed": seed, "arm": arm, "category": t.category, "profile": t.id.rsplit("@", 1)[1],
+                             "call": first, "listed_first": order[0].name, "outcome": traj.outcome,
+                             "cost": traj.cost_usd, "well_formed": well_formed([traj]) == 1.0})
+    return {"rows": rows, "descriptions": {arm: {c.name: c.description for c in cards} for arm, cards in arms.items()},
+            "seconds": {"train": trained_s, "evaluate": time.perf_counter() - t0 - trained_s}}
+
+
+def share_ci(hits: int, n: int) -> str:
+    lo, hi = wilson(hits, n)
+    return f"{hits / n:.2f} ({lo:.2f}–{hi:.2f})" if n else "-"
+
+
+def diff_ci(a: list[bool], b: list[bool]) -> str:
+    """Difference of two shares (b − a) with a 95% normal-approximation interval."""
+    if not a or not b:
+        return "-"
+    pa, pb = sum(a) / len(a), sum(b) / len(b)
+    half = 1.96 * math.sqrt(pa * (1 - pa) / len(a) + pb * (1 - pb) / len(b))
+    return f"{pb - pa:+.2f} ({pb - pa - half:+.2f}, {pb - pa + half:+.2f})"
+
+
+def _calls(rows: list[dict], tool: str, **where) -> list[bool]:
+    """For each episode matching `where` (arm=..., category=..., profile=...): did it call `tool`?"""
+    return [r["call"] == tool for r in rows if all(r[k] == v for k, v in where.items())]
+
+
+def unseen_tables(rows: list[dict]) -> str:
+    """Per arm and category: right-tool share, first-listed share, well-formed, accuracy, cost; then each
+    arm's right-tool share minus the bare arm's, and the repriced arm's effect under each profile."""
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    out, head = [], ["cards", "category", "episodes", "right tool (95% CI)", "first listed", "well-formed",
+                     "accuracy (95% CI)", "mean $"]
+    for arm in arms:
+        for cat in RIGHT:
+            rs = [r for r in rows if r["arm"] == arm and r["category"] == cat]
+            n = len(rs)
+            out.append([arm, cat, str(n), share_ci(sum(_calls(rs, RIGHT[cat])), n),
+                        f"{sum(r['call'] == r['listed_first'] for r in rs) / n:.2f}",
+                        f"{sum(r['well_formed'] for r in rs) / n:.2f}",
+                        share_ci(round(sum(r["outcome"] for r in rs)), n), f"{sum(r['cost'] for r in rs) / n:.5f}"])
+    text = format_table(head, out)
+    diffs = [[f"{arm} − bare", cat, diff_ci(_calls(rows, RIGHT[cat], arm="bare", category=cat),
+                                            _calls(rows, RIGHT[cat], arm=arm, category=cat))]
+             for arm in arms[1:] for cat in RIGHT]
+    text += "\n\n" + format_table(["arms", "category", "Δ right-tool share (95% CI)"], diffs)
+    price = []
+    for prof in PROFILES:
+        same = _calls(rows, "atlas", arm="described", category="gsm8k", profile=prof)
+        dear = _calls(rows, "atlas", arm="described, list prices", category="gsm8k", profile=prof)
+        price.append([prof, share_ci(sum(same), len(same)), share_ci(sum(dear), len(dear)), diff_ci(same, dear)])
+    text += "\n\n" + format_table(["P", "GSM8K: atlas share, same prices", "atlas at GPT-4's list price",
+                                    "Δ (95% CI)"], price)
+    return text
+
+
+def unseen_main(args) -> None:
+    """`--policy CKPT [CKPT ...]`: each checkpoint (one per seed) in its own process, then one table."""
+    import json
+    from concurrent.futures import ProcessPoolExecutor
+
+    t0 = time.perf_counter()
+    policies = args.policy if len(args.policy) > 1 else args.policy * len(args.seeds)
+    seeds = args.seeds if len(args.policy) == 1 else list(range(len(args.policy)))
+    n = len(seeds)
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = list(pool.map(evaluate_unseen, policies, [args.config] * n, seeds, [args.n_test] * n,
+                             [args.describe_n] * n, [args.grpo_steps] * n))
+    rows = [r for d in done for r in d["rows"]]
+    for arm, cards in done[0]["descriptions"].items():
+        print(f"\n{arm} (seed 0):")
+        for name, text in cards.items():
+            print(f"  {name}: {' '.join(text.split())}")
+    print(f"\nUnseen tools, {len(args.policy)} trained polic{'y' if len(seeds) == 1 else 'ies'} (seeds {seeds}), "
+          f"{args.n_test} test questions each under {' and '.join(PROFILES)}; right tool: "
+          f"{', '.join(f'{c} → {t}' for c, t in RIGHT.items())}\n")
+    print(unseen_tables(rows))
+    for s in seeds:
+        print(f"\nseed {s}:\n" + unseen_tables([r for r in rows if r["seed"] == s]).split("\n\n")[1])
+    if args.out:
+        Path(args.out).write_text(json.dumps(done, indent=1), encoding="utf-8")
+    for s, d in zip(seeds, done):
+        print(f"seed {s}: training {d['seconds']['train']:.0f} s, evaluation {d['seconds']['evaluate']:.0f} s")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s ({cpu_description()}; the seeds side by side, one thread each)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--categories", default="arithmetic,lookup,hard",
                     help="comma-separated, or 'all'; the default keeps the categories that offer the generalist")
     ap.add_argument("--n-train", type=int, default=30, help="train tasks (describe, SFT and GRPO draw on them)")
-    ap.add_argument("--n-test", type=int, default=30)
+    ap.add_argument("--n-test", type=int, default=None, help="test questions (default 30; 48 with --policy)")
     ap.add_argument("--steps", type=int, default=20, help="GRPO steps of each run")
     ap.add_argument("--tasks-per-step", type=int, default=2, help="each paired under both profiles")
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--sft-epochs", type=int, default=40, help="passes over the train tasks, batches of 8")
     ap.add_argument("--describe-n", type=int, default=40, help="tasks each tool is tried on")
     ap.add_argument("--eval-group", type=int, default=1, help="samples per test task and profile")
+    ap.add_argument("--policy", nargs="+", default=None, metavar="CHECKPOINT",
+                    help="a real model: checkpoints of the real-model recipe, one per seed (see the docstring)")
+    ap.add_argument("--config", default=str(REPO / "examples" / "smollm2_choice.yaml"),
+                    help="with --policy: the recipe the checkpoints were trained by")
+    ap.add_argument("--json", default=None, help="with --policy: write every episode's row here")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="with --policy MODEL: one run per seed")
+    ap.add_argument("--grpo-steps", type=int, default=0,
+                    help="with --policy MODEL: GRPO steps after the warm start (0: the warm start alone)")
     args = ap.parse_args()
+    if args.policy:
+        args.out = args.json
+        args.n_test = args.n_test if args.n_test is not None else 48
+        return unseen_main(args)
+    args.n_test = args.n_test if args.n_test is not None else 30
 
     t0 = time.perf_counter()
     categories = CATEGORIES if args.categories == "all" else tuple(args.categories.split(","))

@@ -89,10 +89,11 @@ class RolloutConfig(BaseModel):
         "measured", description="real tools report their measured wall time; 'declared' reports the card's "
                                 "declared latency instead, so training runs (rewards with a latency term) are "
                                 "reproducible to the bit")
-    tool_schema: Literal["full", "compact"] = Field(
+    tool_schema: Literal["full", "compact", "brief"] = Field(
         "full", description="how tools are listed in the system turn: 'full' OpenAI schemas with descriptions "
-                            "(real models read them), or 'compact' names and argument names only, which keeps a "
-                            "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward)")
+                            "(real models read them), 'compact' names and argument names only, which keeps a "
+                            "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward), or "
+                            "'brief': the compact list, then one line per tool with its description")
 
 
 def shown_preference(task: Task) -> Preference:
@@ -120,8 +121,16 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfi
     system = config.system_prompt
     if config.show_preference and config.preference_at == "system":
         system += "\n" + preference_line(task, config)
+    notes = ""
+    if config.tool_schema == "brief":
+        # listed as 'compact' lists them, the descriptions below the list, one line each: a policy that learned
+        # its calls from 'compact' lines copies a line whole, a description inside it too
+        notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
+                                                  for t in tools) if tools else ""
+        tools = [{k: v for k, v in t.items() if k != "description"} for t in tools]
     if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
         system, tools = system + tools_block(tools), []
+    system += notes
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
     text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
     if config.show_preference and config.preference_at == "system_end":
@@ -150,9 +159,11 @@ def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
     if task.tools is not None:
         allowed = set(task.tools)
         schemas = [s for s in schemas if s["function"]["name"] in allowed]
-    if style == "compact":
+    if style in ("compact", "brief"):
         return [{"name": s["function"]["name"],
-                 "arguments": list(s["function"].get("parameters", {}).get("properties", {}))} for s in schemas]
+                 "arguments": list(s["function"].get("parameters", {}).get("properties", {})),
+                 **({"description": s["function"].get("description", "")} if style == "brief" else {})}
+                for s in schemas]
     return schemas
 
 

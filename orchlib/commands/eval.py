@@ -49,8 +49,8 @@ class EvalFileConfig(BaseModel):
     cards: str = Field("toolcards", description="folder of tool cards (default: the shipped ones)")
     reward: str = Field("rewards/toolorchestra.yaml", description="reward file scoring every policy alike")
     baselines: bool = Field(False, description="also the four fixed-routing baselines")
-    tool_schema: Literal["full", "compact"] | None = Field(None, description="how tools are listed to local policies "
-                                                           "(None: the environment's choice, else 'full')")
+    tool_schema: Literal["full", "compact", "brief"] | None = Field(
+        None, description="how tools are listed to local policies (None: the environment's choice, else 'full')")
     judge: JudgeConfig | None = Field(None, description="grades the tasks whose checker is 'judge'")
     out: str = Field("out/eval", description="folder for the table, metrics and trajectories")
 
@@ -101,7 +101,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cards", default="toolcards", help="folder of tool cards")
     p.add_argument("--reward", default="rewards/toolorchestra.yaml")
     p.add_argument("--baselines", action="store_true", help="also run the four baselines")
-    p.add_argument("--tool-schema", choices=["full", "compact"], default="full",
+    p.add_argument("--tool-schema", choices=["full", "compact", "brief"], default="full",
                    help="how tools are listed to the policy (use what it was trained with)")
     p.add_argument("--out", default="out/eval")
     p.set_defaults(handler=run)
