@@ -253,3 +253,33 @@ def test_preference_style_name_shows_the_profiles_name_where_p_goes_and_no_weigh
     line = "Preference (thrifty): accuracy=1, cost=1, latency=0"
     assert name == weights.replace(line, "Preference (thrifty):") and name.count("Preference (thrifty):") == 1
     assert "cost=" not in name and "accuracy=" not in name
+
+
+# A ChatML template that drops `tools=` (as SmolLM2's does): the rollout must list the tools itself.
+PLAIN_CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("template", ["renders tools", "drops tools"])
+def test_brief_lists_tools_as_compact_does_and_each_description_on_a_line(tiny_policy, toolbox, template):
+    import copy
+
+    from orchlib.chat import TOOLS_HEADER, template_renders_tools
+    from orchlib.rollout import tool_schemas
+
+    _, tok = tiny_policy
+    if template == "drops tools":
+        tok = copy.deepcopy(tok)
+        tok.chat_template = PLAIN_CHATML
+    assert template_renders_tools(tok) == (template == "renders tools")
+    task = TASK.model_copy(update={"tools": ["mul", "add"]})
+    compact = render_prompt(task, tool_schemas(toolbox, task, "compact"), tok, RolloutConfig(tool_schema="compact"))
+    brief = render_prompt(task, tool_schemas(toolbox, task, "brief"), tok, RolloutConfig(tool_schema="brief"))
+    # written out from the functions' docstrings, in the toolbox's order
+    notes = "\nWhat the tools are:\nadd: Add two integers slowly.\nmul: Multiply two integers slowly."
+    assert brief.count(notes) == 1 and brief.replace(notes, "") == compact
+    assert '"description"' not in brief and "sleepy" not in brief  # only offered tools, and not in the list
+    if template == "drops tools":
+        assert notes + "<|im_end|>" in brief and brief.index("</tools>") < brief.index(notes)
+    else:  # the template lists the tools after the system text, which the notes end
+        assert notes + TOOLS_HEADER in brief
