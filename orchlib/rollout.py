@@ -6,7 +6,7 @@ token ids of the rendered segment, and go on with the trajectories still running
 the policy's own answer (a turn without calls), at the answer of a tool that is `final` (its card, or
 the call itself), at `max_turns`, or at the token budget.
 
-A task with a user (τ²-style, `orchlib.envs.users`): a turn without calls goes to the user instead,
+A task with a user (τ²-style, `orchlib.users`): a turn without calls goes to the user instead,
 whose reply is appended as a user segment (loss mask 0) — until the user ends the conversation
 ("user_stop"). The user's cost and latency are counted apart (`user_cost_usd`, `user_latency_s`).
 Within one turn, calls to stateful tools (those that receive the episode's env) run one after another
@@ -35,7 +35,7 @@ from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segm
                           template_renders_tools, tools_block)
 from orchlib.engines.base import ChatPolicy, Engine, SamplingParams
 from orchlib.env import Environment, bind_older
-from orchlib.envs.users import make_user
+from orchlib.users import make_user
 from orchlib.tasks import Preference, Task
 # run_sync: one sync bridge for the library (works inside Jupyter's loop)
 from orchlib.tools.base import ToolContext, ToolError, run_sync

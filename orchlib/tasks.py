@@ -88,7 +88,7 @@ STOP_MARKER = "###STOP###"
 
 
 class UserSpec(BaseModel):
-    """A task's user as a task file spells it (orchlib.envs.users builds it for each episode):
+    """A task's user as a task file spells it (orchlib.users builds it for each episode):
     `scripted` replies in order; `replayed` recorded user turns (their cost and latency as recorded);
     `simulated` a model given `instructions`, over an `llm` card or an endpoint."""
 

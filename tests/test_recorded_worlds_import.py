@@ -16,7 +16,7 @@ from orchlib.chat import render_assistant
 from orchlib.engines.base import SamplingParams
 from orchlib.engines.scripted import ScriptedEngine, ScriptExhausted
 from orchlib.envs.db import DBDomain, mentions_number, state_hash
-from orchlib.envs.users import ReplayedUser
+from orchlib.users import ReplayedUser
 from orchlib.evaluate import EVAL_ROLLOUT, Undefined, apgr, evaluate, pgr
 from orchlib.models import build_tokenizer
 from orchlib.openai_messages import from_openai_messages, to_openai_messages

@@ -11,7 +11,7 @@ import pytest
 from orchlib.chat import IM_END, render_call
 from orchlib.envs.airline import AIRLINE, INITIAL, airline_tasks
 from orchlib.envs.db import state_hash
-from orchlib.envs.users import ReplayedUser
+from orchlib.users import ReplayedUser
 from orchlib.models import build_tokenizer
 from orchlib.rollout import RolloutConfig, rollout, shown_preference, tool_schemas
 from orchlib.tasks import Task

@@ -7,7 +7,7 @@ import asyncio
 
 from orchlib.chat import render_call
 from orchlib.envs.airline import AIRLINE, airline_tasks, environment
-from orchlib.envs.users import ReplayedUser
+from orchlib.users import ReplayedUser
 from orchlib.models import build_tokenizer
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.testing import ScriptedEngine

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import orchlib
-from orchlib.envs.users import ReplayedUser, ScriptedUser, SimulatedUser, User, make_user, user_view
+from orchlib.users import ReplayedUser, ScriptedUser, SimulatedUser, User, make_user, user_view
 from orchlib.tasks import STOP_MARKER, Task, TaskFileError, UserSpec, load_tasks, save_tasks
 from orchlib.trajectory import Trajectory, Turn, UserTurn
 
