@@ -26,6 +26,31 @@ Takes about five minutes on two idle CPU cores with the defaults (the warm start
 steps over ~600-token prompts); 18 minutes were measured with the two cores shared with other jobs. With
 fewer SFT steps the randomly initialised tiny policy has not yet learned the call format and both runs
 score 0. A longer comparison: `--sft-epochs 60 --steps 60 --n-train 100 --n-test 100`.
+
+A real model choosing tools it never saw (ToolOrchestra §6.3):
+
+    .venv/bin/python benchmarks/bench_describe.py --policy smollm2 --seeds 0 1      # ~33 min on 2 cores (AMX)
+    .venv/bin/python benchmarks/bench_describe.py --policy RUN/checkpoint ...       # one checkpoint per seed
+
+With a model name, each seed runs the real-model recipe (examples/smollm2_choice.yaml) with the seen
+tools' cards (calculator, generalist, mixtral) described by `orchlib.describe` and listed `brief` (each
+description on a line below the tool list): its SFT warm start, then `--grpo-steps` of the paper's GRPO
+(default 0: the warm start alone, to fit 30 minutes). A checkpoint must come from a run that listed its
+tools `brief`: a policy that learned its calls from `compact` lines was seen copying the description
+lines into its calls. The seeds run side by side, one process and one thread each.
+
+Then three tools the policy never saw, under names that say nothing, on the recipe's held-out GSM8K and
+arithmetic questions under "accuracy" and "thrifty": atlas (GPT-4-1106's recorded GSM8K answers), lyra
+(Mixtral's) and vega (simulated: exact on arithmetic, poor on word problems). Four arms differ only in
+the cards: `bare` (one line, the same for each but its name), `described` (`orchlib.describe`'s template
+of each tool's success per category with its 95% CI, cost and latency, measured on the train questions),
+`plain` (the same evidence in words: "Good at math word problems (right 100% of the time)..."), and
+`described, list prices` (atlas at GPT-4-1106's list price, the others at theirs). In the first three
+the tools cost and take the same, so only the evidence tells them apart; each tool is listed first
+for a third of the questions. Printed per arm and category: the share of episodes calling the right
+tool (GSM8K: atlas; arithmetic: vega) with its 95% Wilson interval, the share calling whichever tool
+was listed first, well-formed calls, accuracy and cost; each arm minus `bare` with a 95% interval;
+and atlas's share on GSM8K at list prices against same prices, per profile.
 """
 
 from __future__ import annotations
@@ -325,7 +350,7 @@ def unseen_main(args) -> None:
         print(f"\n{arm} (seed 0):")
         for name, text in cards.items():
             print(f"  {name}: {' '.join(text.split())}")
-    print(f"\nUnseen tools, {len(args.policy)} trained polic{'y' if len(seeds) == 1 else 'ies'} (seeds {seeds}), "
+    print(f"\nUnseen tools, {n} trained polic{'y' if n == 1 else 'ies'} (seeds {seeds}), "
           f"{args.n_test} test questions each under {' and '.join(PROFILES)}; right tool: "
           f"{', '.join(f'{c} → {t}' for c, t in RIGHT.items())}\n")
     print(unseen_tables(rows))
