@@ -29,7 +29,7 @@ score 0. A longer comparison: `--sft-epochs 60 --steps 60 --n-train 100 --n-test
 
 A real model choosing tools it never saw (ToolOrchestra §6.3):
 
-    .venv/bin/python benchmarks/bench_describe.py --policy smollm2 --seeds 0 1      # ~33 min on 2 cores (AMX)
+    .venv/bin/python benchmarks/bench_describe.py --policy smollm2 --seeds 0 1      # ~30 min on 2 cores (AMX)
     .venv/bin/python benchmarks/bench_describe.py --policy RUN/checkpoint ...       # one checkpoint per seed
 
 With a model name, each seed runs the real-model recipe (examples/smollm2_choice.yaml) with the seen
@@ -260,6 +260,7 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
     else:
         trainer = train_reader(policy, config, seed, describe_n, grpo_steps)
     trained_s = time.perf_counter() - t0
+    print(f"seed {seed}: policy ready in {trained_s:.0f} s", flush=True)  # the seeds' processes print as they go
     rollout_config = trainer.rollout_config.model_copy(update={"tool_schema": "brief"})
     # the recipe's own split: its held-out questions are the test, its training questions describe the tools
     suite = make_suite(seed=cfg.suite_seed, n_train=cfg.suite_train, n_test=cfg.suite_test, categories=tuple(RIGHT))
@@ -281,6 +282,7 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
                 rows.append({"seed": seed, "arm": arm, "category": t.category, "profile": t.id.rsplit("@", 1)[1],
                              "call": first, "listed_first": order[0].name, "outcome": traj.outcome,
                              "cost": traj.cost_usd, "well_formed": well_formed([traj]) == 1.0})
+        print(f"seed {seed}: arm {arm!r} evaluated ({time.perf_counter() - t0:.0f} s)", flush=True)
     return {"rows": rows, "descriptions": {arm: {c.name: c.description for c in cards} for arm, cards in arms.items()},
             "seconds": {"train": trained_s, "evaluate": time.perf_counter() - t0 - trained_s}}
 
@@ -369,7 +371,7 @@ def main() -> None:
     ap.add_argument("--categories", default="arithmetic,lookup,hard",
                     help="comma-separated, or 'all'; the default keeps the categories that offer the generalist")
     ap.add_argument("--n-train", type=int, default=30, help="train tasks (describe, SFT and GRPO draw on them)")
-    ap.add_argument("--n-test", type=int, default=None, help="test questions (default 30; 48 with --policy)")
+    ap.add_argument("--n-test", type=int, default=None, help="test questions (default 30; 40 with --policy)")
     ap.add_argument("--steps", type=int, default=20, help="GRPO steps of each run")
     ap.add_argument("--tasks-per-step", type=int, default=2, help="each paired under both profiles")
     ap.add_argument("--group-size", type=int, default=4)
@@ -387,7 +389,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.policy:
         args.out = args.json
-        args.n_test = args.n_test if args.n_test is not None else 48
+        args.n_test = args.n_test if args.n_test is not None else 40
         return unseen_main(args)
     args.n_test = args.n_test if args.n_test is not None else 30
 
