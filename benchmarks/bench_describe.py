@@ -336,10 +336,14 @@ def unseen_tables(rows: list[dict]) -> str:
 
 
 def unseen_main(args) -> None:
-    """`--policy CKPT [CKPT ...]`: each checkpoint (one per seed) in its own process, then one table."""
+    """`--policy MODEL` (trained here, once per `--seeds` seed) or `--policy CKPT [CKPT ...]` (one checkpoint
+    a seed): each seed in its own process, then one table."""
     import json
     from concurrent.futures import ProcessPoolExecutor
 
+    missing = [p for p in args.policy if ("/" in p or p.startswith(".")) and not Path(p).is_dir()]
+    if missing:
+        raise SystemExit(f"--policy {missing[0]}: no such checkpoint folder (or give a model name, e.g. smollm2)")
     t0 = time.perf_counter()
     policies = args.policy if len(args.policy) > 1 else args.policy * len(args.seeds)
     seeds = args.seeds if len(args.policy) == 1 else list(range(len(args.policy)))
@@ -349,7 +353,7 @@ def unseen_main(args) -> None:
                              [args.describe_n] * n, [args.grpo_steps] * n))
     rows = [r for d in done for r in d["rows"]]
     for arm, cards in done[0]["descriptions"].items():
-        print(f"\n{arm} (seed 0):")
+        print(f"\n{arm} (seed {seeds[0]}):")
         for name, text in cards.items():
             print(f"  {name}: {' '.join(text.split())}")
     print(f"\nUnseen tools, {n} trained polic{'y' if n == 1 else 'ies'} (seeds {seeds}), "
