@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import tempfile
 import time
 import traceback
 import warnings
@@ -133,42 +132,18 @@ def plain_generate_rate(model, tok, prompts, group, length) -> float:
 
 
 def trl_step_seconds(model, tok, prompts, group, length, steps) -> float:
+    """TRL's median step on the same settings (bench_grpo_vs_trl.py's run, on this script's device)."""
+    import sys
+    from pathlib import Path
+
     from accelerate.state import AcceleratorState
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.marks = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            sync()
-            self.marks.append(time.perf_counter())
-
-        def on_step_end(self, args, state, control, **kw):
-            sync()
-            self.marks.append(time.perf_counter())
-
-    def reward(completions, **kw):
-        return [float("a" in c.lower()) for c in completions]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_grpo_vs_trl import trl_step_times
 
     AcceleratorState._reset_state(reset_partial_state=True)
-    data = Dataset.from_dict({"prompt": prompts * (steps + 2)})
-    with tempfile.TemporaryDirectory() as out:
-        cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=len(prompts) * group, num_generations=group,
-                         max_completion_length=length, learning_rate=1e-5, beta=0.0, max_steps=steps + 1,
-                         bf16=True, use_cpu=DEVICE == "cpu", report_to="none", save_strategy="no", logging_steps=10_000,
-                         temperature=1.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo",
-                         shuffle_dataset=False, disable_dropout=True, dataloader_num_workers=0)
-        clock = Clock()
-        tok = copy.deepcopy(tok)
-        tok.padding_side = "left"
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data,
-                              processing_class=tok, callbacks=[clock])
-        trainer.train()
-    pairs = list(zip(clock.marks[::2], clock.marks[1::2]))
-    return statistics.median([b - a for a, b in pairs][1:])
+    return statistics.median(trl_step_times(model, tok, prompts, group, length, steps, 1e-5, "bf16",
+                                            use_cpu=DEVICE == "cpu", sync=sync))
 
 
 def main() -> None:

@@ -47,7 +47,9 @@ def orchlib_step_times(model, tok, questions, group, length, steps, lr, precisio
     return times[1:]
 
 
-def trl_step_times(model, tok, prompts, group, length, steps, lr, precision) -> list[float]:
+def trl_step_times(model, tok, prompts, group, length, steps, lr, precision, use_cpu=True,
+                   sync=lambda: None) -> list[float]:
+    """TRL's step times (after a warm-up step); `sync` runs before each clock reading (a GPU's queue)."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -57,9 +59,11 @@ def trl_step_times(model, tok, prompts, group, length, steps, lr, precision) -> 
             self.marks = []
 
         def on_step_begin(self, args, state, control, **kw):
+            sync()
             self.marks.append(time.perf_counter())
 
         def on_step_end(self, args, state, control, **kw):
+            sync()
             self.marks.append(time.perf_counter())
 
     def reward(completions, **kw):
@@ -69,7 +73,7 @@ def trl_step_times(model, tok, prompts, group, length, steps, lr, precision) -> 
     with tempfile.TemporaryDirectory() as out:
         cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=len(prompts) * group, num_generations=group,
                          max_completion_length=length, learning_rate=lr, beta=0.0, max_steps=steps + 1,
-                         use_cpu=True, bf16=precision == "bf16", report_to="none", save_strategy="no",
+                         use_cpu=use_cpu, bf16=precision == "bf16", report_to="none", save_strategy="no",
                          logging_steps=10_000,
                          temperature=1.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo",
                          shuffle_dataset=False, disable_dropout=True, dataloader_num_workers=0)
