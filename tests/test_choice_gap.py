@@ -96,7 +96,8 @@ def test_profile_gradient_cosine_equals_an_independent_backward_pass(tiny_policy
     task = next(t for t in test if {"generalist", "mixtral"} <= set(t.tools or ()))
     flat = []
     for shown in under_profiles([task], DEMO_PROFILES):
-        head = render_prompt(shown, tool_schemas(box, shown, DEMO_ROLLOUT.tool_schema), tok, DEMO_ROLLOUT) + CALL_OPENING
+        schemas = tool_schemas(box, shown, DEMO_ROLLOUT.tool_schema)
+        head = render_prompt(shown, schemas, tok, DEMO_ROLLOUT) + CALL_OPENING
         n = len(tok.encode(head, add_special_tokens=False))
         margin = 0
         for sign, name in ((1, "generalist"), (-1, "mixtral")):
