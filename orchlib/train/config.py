@@ -70,8 +70,8 @@ class GRPOConfig(BaseModel):
                                                         "large policy on a small GPU")
     mixed_precision: Literal["auto", "amx", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 where the GPU has it, else fp32 (CPU autocast is slower); amx: also bf16 on "
-                            "a CPU with AMX: about 2x faster for SFT batches, but a rollout decoding 16 rows took 1.7x as "
-                            "long (benchmarks/bench_precision.py)")
+                            "a CPU with AMX: about 2x faster for SFT batches, but a rollout decoding 16 rows took "
+                            "1.7x as long (benchmarks/bench_precision.py)")
     log_with: str | None = Field(None, description="an Accelerate tracker: 'tensorboard', 'wandb', ...; None: "
                                                    "the history is kept in memory and in checkpoints only")
     project_dir: str | None = Field(None, description="where trackers write (tensorboard needs it)")
