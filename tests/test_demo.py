@@ -47,6 +47,10 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
     updated = any(h.get("groups_kept", 0) > 0 for h in m["history"])
     assert -100 <= before <= 100 and -100 <= after <= 100 and (before != after) == updated
     assert f"{after:.2f} points (before RL: {before:.2f})" in demo.table
+    # the profile gradient cosine, likewise on both sets of weights (a cosine: within [-1, 1])
+    cos_before, cos_after = m["format"]["profile_cosine"], m["profile_cosine"]
+    assert -1 <= cos_before <= 1 and -1 <= cos_after <= 1 and (cos_before != cos_after) == updated
+    assert f"was {1 - cos_before:.1e} (after RL: {1 - cos_after:.2f})" in demo.table
     # and on the reading drills' own pair, which the demo never offers
     reading = m["format"]["reading_gap_points"]
     assert -100 <= reading <= 100 and reading != before and f"reading drills' pair: {reading:.1f} points" in demo.table

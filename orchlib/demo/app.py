@@ -39,13 +39,13 @@ from orchlib.demo.html import report_html
 from orchlib.demo.report import SHARED, summarize_demo, table_text
 from orchlib.envs.choice import counterbalanced
 from orchlib.envs.choice import offer_choice as _retool
-from orchlib.experiments.probes import anchored_reward, choice_gap, reference_runs
+from orchlib.experiments.probes import anchored_reward, choice_gap, profile_gradient_cosine, reference_runs
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall, write_jsonl
 
-__all__ = ["demo_suite", "run_demo", "format_checks", "gate_with_margin", "reading_drills", "reading_toolbox",
-           "as_reading", "under",
+__all__ = ["demo_suite", "run_demo", "format_checks", "profile_cosine", "gate_with_margin", "reading_drills",
+           "reading_toolbox", "as_reading", "under",
            "write_outputs"]
 
 
@@ -314,6 +314,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     checks["copy_heldout_accuracy"] = phase1_copy
     model.eval()
     checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
+    checks["profile_cosine"] = profile_cosine(model, tok, test, toolbox)
     if ws.reading_drills:  # whether the drills taught P's reading on their own pair (none without them)
         checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],
                                                   reading_box, DEMO_ROLLOUT, READING_PAIR["accuracy"], DEMO_PROFILES)
@@ -341,8 +342,17 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     metrics = summarize_demo(config, before, after, baselines, checks, trainer.history, sft, wall, reward)
     trained = trainer.accelerator.unwrap_model(trainer.model).eval()
     metrics["choice_gap_points"] = choice_gap(trained, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
+    metrics["profile_cosine"] = profile_cosine(trained, tok, test, toolbox)
     table = write_outputs(out, metrics, after, baselines, trainer.history, reward)
     return DemoResult(metrics, table, out, trainer.history, policy=(trained, tok), env=env)
+
+
+def profile_cosine(model, tokenizer, test: list[Task], toolbox, n: int = 8) -> float:
+    """The mean `profile_gradient_cosine` of the GSM8K choice (generalist or Mixtral) over the first `n`
+    GSM8K test questions: how much of an update to it under one profile moves it under the other too."""
+    gsm = [t for t in test if t.category == "gsm8k"][:n]
+    cos = profile_gradient_cosine(model, tokenizer, gsm, toolbox, DEMO_ROLLOUT, (EXPENSIVE, "mixtral"), DEMO_PROFILES)
+    return sum(cos) / len(cos) if cos else float("nan")
 
 
 def _train(trainer, train, toolbox, tok, reward, config, progress):

@@ -180,5 +180,9 @@ def table_text(m: dict[str, Any]) -> str:
              "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items()),
              f"these checks are what this run showed on this machine ({m.get('cpu', 'unknown CPU')}): what training "
              "learns turns on float rounding, which differs between CPU kinds (AVX2, AVX-512, AMX), so a check can "
-             "pass on one and fail on another; benchmarks/bench_demo.py measures the bars over seeds"]
+             "pass on one and fail on another; benchmarks/bench_demo.py measures the bars over seeds",
+             "why it varies: after the warm start, 1 - cos between the GSM8K choice's gradients under the two "
+             f"profiles was {1 - m['format'].get('profile_cosine', float('nan')):.1e} (after RL: "
+             f"{1 - m.get('profile_cosine', float('nan')):.2f}): RL builds the choice's dependence on P from "
+             "that small a part of each update (orchlib.experiments.probes.profile_gradient_cosine)"]
     return "\n".join(lines)
