@@ -44,8 +44,7 @@ def main() -> int:
     from orchlib.experiments.probes import choice_gap, profile_gradient_cosine
     from orchlib.models import load_policy
     from orchlib.train.accel import cpu_description
-    from orchlib.train.run import RunConfig, load_environment
-    from orchlib.train.sft import golden_trajectories, sft_train
+    from orchlib.train.run import RunConfig, load_environment, warm_started_policy
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -59,11 +58,7 @@ def main() -> int:
         model, tok = load_policy(args.model)
         source = args.model
     else:
-        model, tok = load_policy(cfg.policy)
-        if cfg.warm_start is not None:
-            gold = golden_trajectories([t for t in env.train if t.golden is not None], env.tools, tok, rollout,
-                                       seed=cfg.warm_start.seed)
-            sft_train(model, tok, gold, cfg.warm_start, progress=False)
+        model, tok = warm_started_policy(cfg, env, progress=False)
         source = f"{cfg.policy} after the recipe's SFT" if cfg.warm_start is not None else cfg.policy
     t_model = time.perf_counter() - t0
     gsm = [t for t in env.test if t.category == "gsm8k" and set(TOOLS) <= set(t.tools or ())]

@@ -48,6 +48,7 @@ def profile_gradient_cosine(model, tokenizer, tasks: Sequence[Task], toolbox, co
 
     params = [p for p in model.parameters() if p.requires_grad]
     device, was_training, out = _device(model), model.training, []
+    zero = torch.zeros((), dtype=torch.float64)
     model.eval()  # dropout would make the two passes differ by its draw, not by P
     try:
         for task in (t for t in tasks if t.tools is None or set(tools) <= set(t.tools)):
@@ -58,11 +59,8 @@ def profile_gradient_cosine(model, tokenizer, tasks: Sequence[Task], toolbox, co
                 grads.append(torch.autograd.grad(margin, params, allow_unused=True))
             dot = na = nb = 0.0
             for a, b in zip(*grads):  # float64 sums: a 135 M-entry dot product in float32 drifts past 1
-                a = a.double() if a is not None else None
-                b = b.double() if b is not None else None
-                dot += float((a * b).sum()) if a is not None and b is not None else 0.0
-                na += float((a * a).sum()) if a is not None else 0.0
-                nb += float((b * b).sum()) if b is not None else 0.0
+                a, b = (zero if g is None else g.double() for g in (a, b))  # None: a weight the choice skips
+                dot, na, nb = dot + float((a * b).sum()), na + float((a * a).sum()), nb + float((b * b).sum())
             out.append(dot / (na * nb) ** 0.5 if na > 0 and nb > 0 else float("nan"))
     finally:
         model.train(was_training)

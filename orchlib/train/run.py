@@ -31,7 +31,7 @@ from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin
 from orchlib.train.sft import SFTConfig
 
-__all__ = ["RunConfig", "run_training", "load_environment", "load_world"]
+__all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment", "load_world"]
 
 
 class RunConfig(BaseModel):
@@ -93,9 +93,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
     """Warm start (unless resuming), then GRPO for `cfg.steps`, checkpointing into `cfg.out`; with
     `cfg.evaluation`, the evaluations before and after RL. `on_step` sees every step's report. `env`:
     the Environment to train in, instead of the world `cfg` names (whose fields must then be left unset)."""
-    from orchlib.models import build_default_policy, load_policy
     from orchlib.train.checkpoint import find_checkpoint
-    from orchlib.train.sft import golden_trajectories, sft_train
 
     if env is None:
         if cfg.evaluation is not None and cfg.tasks:
@@ -119,15 +117,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
     if find_checkpoint(ckpt):
         trainer = Trainer.resume(ckpt, env, hooks=hooks)
     else:
-        t0 = time.perf_counter()
-        model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
-        wall["load"] = time.perf_counter() - t0
-        if cfg.warm_start is not None:
-            t0 = time.perf_counter()
-            with_golden = [t for t in tasks if t.golden is not None]
-            gold = golden_trajectories(with_golden, toolbox, tok, rollout_config, seed=cfg.warm_start.seed)
-            sft_train(model, tok, gold, cfg.warm_start, progress=progress)
-            wall["warm_start"] = time.perf_counter() - t0
+        model, tok = warm_started_policy(cfg, env, progress, wall)
         trainer = Trainer((model, tok), env, cfg.grpo, hooks=hooks, policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
@@ -149,6 +139,28 @@ def run_training(cfg: RunConfig, progress: bool = True,
         wall["evaluate_after"] = time.perf_counter() - t0
         _write_evaluation(out, reports, reward, cfg, wall)
     return trainer
+
+
+def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
+                        wall: dict[str, float] | None = None):
+    """(model, tokenizer): the run's policy, loaded, after its SFT warm start (`cfg.warm_start`) on the
+    golden trajectories of `env`'s train tasks, rendered as `env` renders its prompts. `wall`, if given,
+    gets the seconds of "load" and "warm_start"."""
+    from orchlib.models import build_default_policy, load_policy
+    from orchlib.train.sft import golden_trajectories, sft_train
+
+    wall = {} if wall is None else wall
+    t0 = time.perf_counter()
+    model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
+    wall["load"] = time.perf_counter() - t0
+    if cfg.warm_start is not None:
+        t0 = time.perf_counter()
+        with_golden = [t for t in env.train if t.golden is not None]
+        gold = golden_trajectories(with_golden, env.tools, tok, env.rollout_config(cfg.grpo.rollout),
+                                   seed=cfg.warm_start.seed)
+        sft_train(model, tok, gold, cfg.warm_start, progress=progress)
+        wall["warm_start"] = time.perf_counter() - t0
+    return model, tok
 
 
 def _evaluate_policy(trainer: Trainer, env: Environment, cfg: RunConfig, name: str):
