@@ -17,10 +17,16 @@ widgets (`orchlib.widgets`) show these same figures.
 
 Colours: a tool gets the same colour in every figure of one call (tools sorted by name); pass
 `colors=tool_colors(all_tools)` to keep them fixed across figures.
+
+Text: plotly draws a subset of HTML in trace names, axis categories, hover text and titles (`<b>`,
+`<br>`, `<a href>`, ...) and decodes entities there. Every string that comes from data (a tool name
+the policy wrote, a task id, a profile or policy name, a tool's output) is escaped, so it shows as
+written and is never read as markup; a `title=` passed by the caller is used as given.
 """
 
 from __future__ import annotations
 
+import html
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -37,6 +43,18 @@ __all__ = ["tool_colors", "tool_distribution", "tool_mix_over_steps", "reward_cu
 _PALETTE = qualitative.Plotly + qualitative.D3
 _ERROR_COLOR = "#d62728"
 _POLICY_COLOR = "#7f7f7f"
+
+
+def _h(text: Any) -> str:
+    """Data as plotly text: `&`, `<` and `>` escaped. Quotes are left alone: plotly decodes numeric
+    entities and `&amp; &lt; &gt;`, but not `&quot;`, and without `<` no tag (or attribute) can form."""
+    return html.escape(str(text), quote=False)
+
+
+def _ht(text: Any) -> str:
+    """Data inside a hovertemplate: escaped as `_h`, and `%` as an entity so that a name holding
+    `%{x}` is shown, not substituted."""
+    return _h(text).replace("%", "&#37;")
 
 
 def tool_colors(tools: Iterable[str]) -> dict[str, str]:
@@ -101,9 +119,9 @@ def tool_distribution(data: Mapping[str, Any] | Sequence[Trajectory],
     fig = go.Figure()
     for tool in tools:
         ys = [_mix_value(counts[name][tool], len(groups[name]), sum(counts[name].values()), value) for name in names]
-        fig.add_trace(go.Bar(name=tool, x=names, y=ys, marker_color=colors.get(tool),
+        fig.add_trace(go.Bar(name=_h(tool), x=[_h(n) for n in names], y=ys, marker_color=colors.get(tool),
                              customdata=[counts[name][tool] for name in names],
-                             hovertemplate=f"{tool}<br>%{{x}}: %{{y:.3g}} (%{{customdata}} calls)<extra></extra>"))
+                             hovertemplate=f"{_ht(tool)}<br>%{{x}}: %{{y:.3g}} (%{{customdata}} calls)<extra></extra>"))
     axis = {"share": "share of calls", "mean": "calls per trajectory", "count": "calls"}[value]
     per = "policy" if isinstance(data, Mapping) else by
     fig.update_layout(barmode="stack", title=title or f"Tool calls per {per}",
@@ -139,9 +157,9 @@ def tool_mix_over_steps(history: Any, value: Literal["share", "calls"] = "share"
     steps = _steps(rows)
     fig = go.Figure()
     for tool, ys in series.items():
-        fig.add_trace(go.Scatter(name=tool, x=steps, y=ys,
+        fig.add_trace(go.Scatter(name=_h(tool), x=steps, y=ys,
                                  mode="lines+markers", stackgroup="mix", line_color=colors.get(tool),
-                                 hovertemplate=f"{tool}<br>step %{{x}}: %{{y:.3g}}<extra></extra>"))
+                                 hovertemplate=f"{_ht(tool)}<br>step %{{x}}: %{{y:.3g}}<extra></extra>"))
     fig.update_layout(title=title or "Tool-call mix over training", xaxis_title="step",
                       yaxis_title="share of calls" if value == "share" else "calls per trajectory",
                       legend_title="tool")
@@ -161,9 +179,9 @@ def reward_curves(history: Any, terms: bool = True, profiles: bool = False, keys
 
     def line(key: str, name: str, group: str, **style: Any) -> go.Scatter:
         # Legend groups keep a term and a metric of the same name (e.g. "accuracy") apart.
-        return go.Scatter(name=name, x=steps, y=[m.get(key) for m in rows], mode="lines+markers",
+        return go.Scatter(name=_h(name), x=steps, y=[m.get(key) for m in rows], mode="lines+markers",
                           connectgaps=False, legendgroup=group, legendgrouptitle_text=group,
-                          hovertemplate=f"{group}: {name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **style)
+                          hovertemplate=f"{group}: {_ht(name)}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **style)
 
     fig = go.Figure([line("reward", "reward", "reward", line={"width": 3, "color": "black"})])
     if terms:
@@ -193,20 +211,22 @@ def push_and_share(history: Any, tool: str, title: str | None = None) -> go.Figu
                     if k.startswith("profile/") and k.endswith((f"/share/{tool}", f"/advantage/{tool}"))})
     colors = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(profs)}
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=(f"share of calls to {tool}", f"mean advantage of rollouts calling {tool}"))
+                        subplot_titles=(f"share of calls to {_h(tool)}",
+                                        f"mean advantage of rollouts calling {_h(tool)}"))
     for row, (metric, fmt) in enumerate((("share", ".0%"), ("advantage", "+.3f")), start=1):
         for p in profs:
             # a step whose rollouts under p called other tools only logs no share of `tool`: that is 0
             ys = [m.get(f"profile/{p}/{metric}/{tool}", 0.0 if metric == "share" and any(
                 k.startswith(f"profile/{p}/share/") for k in m) else None) for m in rows]
-            fig.add_trace(go.Scatter(name=p, x=steps, y=ys, mode="lines+markers", connectgaps=False,
+            fig.add_trace(go.Scatter(name=_h(p), x=steps, y=ys, mode="lines+markers", connectgaps=False,
                                      line_color=colors[p], legendgroup=p, showlegend=row == 1,
-                                     hovertemplate=f"{p}<br>step %{{x}}: %{{y:{fmt}}}<extra></extra>"),
+                                     hovertemplate=f"{_ht(p)}<br>step %{{x}}: %{{y:{fmt}}}<extra></extra>"),
                           row=row, col=1)
     fig.add_hline(y=0, line_width=1, line_color=_POLICY_COLOR, row=2, col=1)
     fig.update_yaxes(tickformat=".0%", row=1, col=1)
     fig.update_xaxes(title_text="step", row=2, col=1)
-    fig.update_layout(title=title or f"Where the updates push, and what is chosen: {tool}", legend_title="profile")
+    fig.update_layout(title=title or f"Where the updates push, and what is chosen: {_h(tool)}",
+                      legend_title="profile")
     return fig
 
 
@@ -231,12 +251,13 @@ def cost_accuracy(points: Mapping[str, Any], show_frontier: bool = True, log_cos
     pts = {str(k): _point(v) for k, v in points.items()}
     names = list(pts)
     fig = go.Figure(go.Scatter(name="policies", x=[pts[n][0] for n in names], y=[pts[n][1] for n in names],
-                               mode="markers+text", text=names, textposition="top center", marker_size=11,
+                               mode="markers+text", text=[_h(n) for n in names], textposition="top center",
+                               marker_size=11,
                                hovertemplate="%{text}<br>$%{x:.5f} per task<br>accuracy %{y:.3f}<extra></extra>"))
     if show_frontier and pts:
         best = frontier(pts)
         fig.add_trace(go.Scatter(name="frontier", x=[pts[n][0] for n in best], y=[pts[n][1] for n in best],
-                                 mode="lines", line={"dash": "dash", "color": "black"}, text=best,
+                                 mode="lines", line={"dash": "dash", "color": "black"}, text=[_h(n) for n in best],
                                  hovertemplate="frontier: %{text}<extra></extra>"))
     fig.update_layout(title=title or "Cost vs accuracy", xaxis_title="mean cost per task (USD)",
                       yaxis_title="accuracy", xaxis_type="log" if log_cost else "linear")
@@ -269,17 +290,17 @@ def timeline(trajectory: Trajectory, colors: Mapping[str, str] | None = None, ti
         rows["tool"].append("policy")
         own = turn.cost_usd - sum(o.cost_usd for o in turn.observations)
         rows["cost"].append(own)
-        rows["hover"].append(f"generation: {turn.tokens_out} ids<br>{_snippet(turn.text) or '(empty)'}")
+        rows["hover"].append(f"generation: {turn.tokens_out} ids<br>{_h(_snippet(turn.text)) or '(empty)'}")
         called = start + turn.gen_latency_s
         seen: Counter[str] = Counter()
         for o in turn.observations:
             if not o.tool:  # rejected before any tool ran
                 errors["x"].append(called)
                 errors["y"].append(gen_row)
-                errors["hover"].append(f"{o.error_kind}: {_snippet(o.error or o.content)}")
+                errors["hover"].append(_h(f"{o.error_kind}: {_snippet(o.error or o.content)}"))
                 continue
             seen[o.tool] += 1
-            rows["y"].append(f"turn {i} · {o.tool}" + (f" ({seen[o.tool]})" if seen[o.tool] > 1 else ""))
+            rows["y"].append(f"turn {i} · {_h(o.tool)}" + (f" ({seen[o.tool]})" if seen[o.tool] > 1 else ""))
             rows["base"].append(called)
             rows["x"].append(o.latency_s)
             rows["color"].append(_ERROR_COLOR if o.error else colors.get(o.tool, _POLICY_COLOR))
@@ -287,7 +308,7 @@ def timeline(trajectory: Trajectory, colors: Mapping[str, str] | None = None, ti
             rows["cost"].append(o.cost_usd)
             label = f" [{o.label}]" if o.label else ""
             status = f"error ({o.error_kind}): {_snippet(o.error or '')}" if o.error else _snippet(o.content)
-            rows["hover"].append(f"{o.tool}{label}<br>{status}")
+            rows["hover"].append(f"{_h(o.tool)}{_h(label)}<br>{_h(status)}")
         start += turn.latency_s
     fig = go.Figure(go.Bar(name="time", orientation="h", y=rows["y"], base=rows["base"], x=rows["x"],
                            marker_color=rows["color"], text=[f"${c:.2g}" for c in rows["cost"]],
@@ -298,7 +319,7 @@ def timeline(trajectory: Trajectory, colors: Mapping[str, str] | None = None, ti
         fig.add_trace(go.Scatter(name="error", x=errors["x"], y=errors["y"], mode="markers", text=errors["hover"],
                                  marker={"symbol": "x", "size": 12, "color": _ERROR_COLOR},
                                  hovertemplate="%{text}<extra></extra>"))
-    head = f"{t.task_id} #{t.group_index}: outcome {t.outcome:g}, ${t.cost_usd:.3g}, {t.latency_s:.3g} s"
+    head = f"{_h(t.task_id)} #{t.group_index}: outcome {t.outcome:g}, ${t.cost_usd:.3g}, {t.latency_s:.3g} s"
     fig.update_layout(title=title or head, xaxis_title="seconds", showlegend=bool(errors["x"]),
                       yaxis={"autorange": "reversed", "type": "category"}, bargap=0.3)
     return fig
@@ -312,14 +333,14 @@ def explain_figure(explanation: Explanation, labels: Sequence[str] | None = None
     sum of terms the bars add up to the diamond; otherwise they are each term's marginal effect."""
     e = explanation
     n = len(e.reward)
-    xs = list(labels) if labels is not None else [f"#{i}" for i in range(n)]
+    xs = [_h(x) for x in labels] if labels is not None else [f"#{i}" for i in range(n)]
     if len(xs) != n:
         raise ValueError(f"{len(xs)} labels for {n} rollouts")
     fig = go.Figure()
     for i, (term, contrib) in enumerate(e.contributions.items()):
-        fig.add_trace(go.Bar(name=term, x=xs, y=[float(v) for v in contrib],
+        fig.add_trace(go.Bar(name=_h(term), x=xs, y=[float(v) for v in contrib],
                              customdata=[float(v) for v in e.values[term]], marker_color=_PALETTE[i % len(_PALETTE)],
-                             hovertemplate=f"{term}<br>%{{x}}: contributes %{{y:.4g}} (value %{{customdata:.4g}})"
+                             hovertemplate=f"{_ht(term)}<br>%{{x}}: contributes %{{y:.4g}} (value %{{customdata:.4g}})"
                                            "<extra></extra>"))
     fig.add_trace(go.Scatter(name="reward", x=xs, y=[float(v) for v in e.reward], mode="markers",
                              marker={"symbol": "diamond", "size": 12, "color": "black"},
@@ -335,30 +356,31 @@ def sweep_figure(result: Any, latency_colour: bool = True, title: str | None = N
     by mean latency (s), hover P, accuracy, $, s and tool mix; the sweep's cost–accuracy front as a
     line; each reference (baselines, oracle) as a labelled diamond (the oracle a star)."""
     pts = list(result.points)
-    hover = [f"P: {p.preference.render()}<br>accuracy {p.accuracy:.3f}<br>${p.cost_usd:.5f} per task<br>"
-             f"{p.latency_s:.3g} s per task<br>tool mix: {p.mix()}" for p in pts]
+    hover = [f"P: {_h(p.preference.render())}<br>accuracy {p.accuracy:.3f}<br>${p.cost_usd:.5f} per task<br>"
+             f"{p.latency_s:.3g} s per task<br>tool mix: {_h(p.mix())}" for p in pts]
     marker: dict[str, Any] = {"size": 12, "line": {"width": 1, "color": "black"}}
     if latency_colour:
         marker.update(color=[p.latency_s for p in pts], colorscale="Viridis", showscale=True,
                       colorbar={"title": "latency s", "x": 1.02})
-    fig = go.Figure(go.Scatter(name=f"{result.name} (one point per P)", x=[p.cost_usd for p in pts],
+    fig = go.Figure(go.Scatter(name=f"{_h(result.name)} (one point per P)", x=[p.cost_usd for p in pts],
                                y=[p.accuracy for p in pts], mode="markers", marker=marker, text=hover,
-                               customdata=[p.preference.name for p in pts],
+                               customdata=[_h(p.preference.name) for p in pts],
                                hovertemplate="%{text}<extra></extra>"))
     front = result.front()
     fig.add_trace(go.Scatter(name="front", x=[p.cost_usd for p in front], y=[p.accuracy for p in front],
                              mode="lines", line={"dash": "dash", "color": "black"},
-                             text=[p.preference.name for p in front], hovertemplate="front: %{text}<extra></extra>"))
+                             text=[_h(p.preference.name) for p in front],
+                             hovertemplate="front: %{text}<extra></extra>"))
     for i, (name, (cost, acc, lat)) in enumerate(result.references.items()):
-        fig.add_trace(go.Scatter(name=name, x=[cost], y=[acc], mode="markers+text", text=[name],
+        fig.add_trace(go.Scatter(name=_h(name), x=[cost], y=[acc], mode="markers+text", text=[_h(name)],
                                  textposition="bottom center",
                                  marker={"symbol": "star" if name == "oracle" else "diamond", "size": 14,
                                          "color": _PALETTE[(i + 1) % len(_PALETTE)]},
-                                 hovertemplate=f"{name}<br>accuracy %{{y:.3f}}<br>$%{{x:.5f}} per task<br>"
+                                 hovertemplate=f"{_ht(name)}<br>accuracy %{{y:.3f}}<br>$%{{x:.5f}} per task<br>"
                                                f"{lat:.3g} s per task<extra></extra>"))
     hv = result.hypervolumes()
     ratio = f" · hypervolume {hv[result.name]:.3g}" + (f" (oracle {hv['oracle']:.3g})" if "oracle" in hv else "")
-    fig.update_layout(title=title or f"{result.name}: cost vs accuracy under {len(pts)} preferences{ratio}",
+    fig.update_layout(title=title or f"{_h(result.name)}: cost vs accuracy under {len(pts)} preferences{ratio}",
                       xaxis_title="mean cost per task (USD)", yaxis_title="accuracy",
                       legend={"orientation": "h", "y": -0.2})
     return fig
@@ -374,7 +396,7 @@ def ledger_figure(ledger: Any, title: str | None = None) -> go.Figure:
     classes = [c for c in ledger.CLASSES if any(totals[p].get(c, 0.0) for p in payers)]
     fig = go.Figure()
     for i, cls in enumerate(classes):
-        fig.add_trace(go.Bar(name=cls, x=payers, y=[totals[p].get(cls, 0.0) for p in payers],
+        fig.add_trace(go.Bar(name=cls, x=[_h(p) for p in payers], y=[totals[p].get(cls, 0.0) for p in payers],
                              marker_color=_PALETTE[i % len(_PALETTE)],
                              hovertemplate=f"%{{x}} · {cls}: $%{{y:.5g}}<extra></extra>"))
     fig.update_layout(barmode="relative", title=title or f"Where the money went: {len(ledger.episodes)} episodes",

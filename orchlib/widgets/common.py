@@ -88,10 +88,13 @@ def _explain_table(e, group: Sequence[Trajectory]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in names)
     rows = []
     for i, t in enumerate(group):
+        # Every cell is escaped text (a tool name is whatever the policy wrote); the reward's bold is
+        # added here, around its escaped number, never recognised in a cell's content.
         calls = ", ".join(f"{k}×{v}" for k, v in sorted(t.calls.items())) or "-"
         cells = [f"#{t.group_index}", f"{t.outcome:g}", f"{t.cost_usd:.4g}", f"{t.latency_s:.3g}", calls]
-        cells += [f"{e.contributions[n][i]:.4g}" for n in terms] + [f"<b>{e.reward[i]:.4g}</b>"]
-        rows.append("<tr>" + "".join(f"<td>{c if c.startswith('<b>') else _e(c)}</td>" for c in cells) + "</tr>")
+        cells += [f"{e.contributions[n][i]:.4g}" for n in terms]
+        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells)
+                    + f"<td><b>{_e(f'{e.reward[i]:.4g}')}</b></td></tr>")
     return f"<table class='orchlib-explain'><tr>{head}</tr>{''.join(rows)}</table>"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 from typing import Sequence
@@ -12,9 +13,10 @@ import plotly.graph_objects as go
 from orchlib import viz
 from orchlib.reward import Reward
 from orchlib.reward.breakdown import breakdown
+from orchlib.reward.names import latex_name
 from orchlib.tasks import PROFILES, Preference
 from orchlib.trajectory import Trajectory
-from orchlib.widgets.common import _show, _error_html, _explain_table, breakdown_html
+from orchlib.widgets.common import _e, _show, _error_html, _explain_table, breakdown_html
 
 __all__ = ["RewardPlayground", "sample_group", "reward_text"]
 
@@ -119,15 +121,17 @@ class RewardPlayground(widgets.VBox):
 
     def _refresh(self) -> None:
         r, P = self.reward, self._P()
-        terms = "".join(f"$$\\mathrm{{{name.replace('_', chr(92) + '_')}}} = {tex}$$"
-                        for name, tex in r.term_latex().items())
-        self.formula.value = f"$$R = {r.latex()}$$" + (f"<details><summary>terms</summary>{terms}</details>"
-                                                        if terms else "")
+        # The LaTeX holds strings from the reward's text (term names, quoted tool names), already
+        # LaTeX-escaped by latex_name; HTMLMath sets it as HTML before MathJax reads the text, so it is
+        # HTML-escaped too (MathJax sees the decoded text: `&` and `<` still typeset as written).
+        terms = "".join(f"$${_e(latex_name(name))} = {_e(tex)}$$" for name, tex in r.term_latex().items())
+        self.formula.value = f"$$R = {_e(r.latex())}$$" + (f"<details><summary>terms</summary>{terms}</details>"
+                                                            if terms else "")
         self.explanation = r.explain(self.group, P=P)
         self.table.value = _explain_table(self.explanation, self.group)
         self.breakdown = breakdown(r, [self.group], P)
         self.breakdown_box.value = breakdown_html(self.breakdown)
         self.figure = viz.explain_figure(self.explanation, labels=[f"#{t.group_index}" for t in self.group],
-                                         title=f"Each term's contribution under P = {P.name}")
+                                         title=f"Each term's contribution under P = {html.escape(P.name, quote=False)}")
         self.figure.update_layout(height=340)
         _show(self.chart, self.figure)
