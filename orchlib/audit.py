@@ -12,7 +12,8 @@ cards). Then, per card, one finding of a kind:
 
 - `ok`: every token price the card writes is within `factor` of the row's (both ways);
 - `off`: a price differs from the row's by more than `factor` (the card's and the row's values and
-  their ratio are in the finding);
+  their ratio are in the finding); a card that charges for a class the row prices 0 is `off` whatever
+  the factor (no finite ratio: the ratio column shows "-");
 - `swapped`: the card's input price is the row's output price and its output the row's input;
 - `per_thousand`: the card's price is the row's / 1000 within `factor`: a price per thousand tokens
   written where the card wants one per million;
@@ -207,7 +208,10 @@ def _check_card(card: ToolCard, table: PriceTable, factor: float, models: Mappin
                                 f"{what} is the table's per thousand tokens ({cite} per million ÷ 1000): "
                                 "a price per thousand written as one per million", row, mine, theirs))
         else:
-            ratio = "free here" if mine == 0 else f"{mine / theirs:.3g}x the table's"
+            # A row priced 0 (a free model) has no ratio to a card that charges: the card bills what the
+            # table says is free, `off` whatever the factor (the table's ratio column shows "-").
+            ratio = ("free here" if mine == 0 else "charged here, free in the table" if theirs == 0
+                     else f"{mine / theirs:.3g}x the table's")
             out.append(_finding(card, "off", f"price.{field}", f"{what} is {ratio} ({cite}), beyond the "
                                                                f"factor {factor:g}", row, mine, theirs))
     if out:

@@ -29,6 +29,8 @@ own turns cost what its given price does not.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,13 +40,18 @@ from orchlib.cards import Price, ToolCard
 from orchlib.evaluate import format_table
 from orchlib.trajectory import Observation, Trajectory
 
-__all__ = ["Line", "EpisodeBill", "Ledger", "ledger", "CLASSES"]
+__all__ = ["Line", "EpisodeBill", "Ledger", "LedgerError", "ledger", "CLASSES"]
 
 CLASSES: tuple[str, ...] = ("input", "cached", "output", "reasoning", "call", "time", "other")
 _MILLION = Fraction(10**6)
 # An `other` amount within this share of the payer's cost (or 1e-15 USD) is float rounding, not a
 # difference worth a warning: every price computation rounds at ~1e-16 of its value.
 _ROUNDING = Fraction(1, 10**9)
+
+
+class LedgerError(ValueError):
+    """A cost that is not money (negative, NaN, infinite) or a bill too large for a float, one line:
+    `"{task_id} #{group_index} turn {k}: {field}: {problem}"`."""
 
 
 @dataclass(frozen=True)
@@ -279,5 +286,41 @@ def ledger(trajectories: Sequence[Trajectory], prices: Any = None, policy: Any =
     table = _prices(prices)
     own = _policy_price(policy)
     warnings: list[str] = []
+    sums = [_check_money(t) for t in trajectories]
+    for k in (0, 1):  # the reported totals, and the turns' costs, each summed over the run
+        _check_size(sum((s[k] for s in sums), Fraction(0)), len(sums))
     bills = [_bill(t, table, own, user_price, warnings) for t in trajectories]
+    _check_size(sum((abs(x.amount) for e in bills for x in e.lines), Fraction(0)), len(bills))
     return Ledger(bills, warnings)
+
+
+def _check_money(t: Trajectory) -> tuple[Fraction, Fraction]:
+    """The exact sums of `t`'s reported totals and of its turns' costs (what the bill shows as floats),
+    every cost checked finite and >= 0. Trajectories validate
+    this when built or read, but the rollout's fast paths (and `model_construct`) skip validation: a
+    bill is where money is summed, so it checks again rather than add up to less than was paid, or
+    raise from deep inside `Fraction`."""
+    where = f"{t.task_id} #{t.group_index}"
+    costs = [(where, "cost_usd", t.cost_usd), (where, "user_cost_usd", t.user_cost_usd)]
+    for k, turn in enumerate(t.turns, 1):
+        costs.append((f"{where} turn {k}", "cost_usd", turn.cost_usd))
+        costs += [(f"{where} turn {k}", f"observations[{i}].cost_usd", o.cost_usd)
+                  for i, o in enumerate(turn.observations)]
+        if turn.user is not None:
+            costs.append((f"{where} turn {k}", "user.cost_usd", turn.user.cost_usd))
+    for at, name, value in costs:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise LedgerError(f"{at}: {name}: {value!r} is not a cost (USD, finite and >= 0)")
+    reported = Fraction(t.cost_usd) + Fraction(t.user_cost_usd)
+    turns = sum((Fraction(x.cost_usd) + (Fraction(x.user.cost_usd) if x.user is not None else 0) for x in t.turns),
+                Fraction(0))
+    return reported, turns
+
+
+def _check_size(bound: Fraction, episodes: int) -> None:
+    """Every sum the ledger shows as a float (a payer's, a class's, the run's, the reported totals) is at
+    most the sum of the recorded costs, or of the lines' absolute amounts: when one is beyond the
+    largest float, the bill cannot be shown, so it is refused, in one line."""
+    if bound > Fraction(sys.float_info.max):
+        raise LedgerError(f"(run): total: {episodes} episodes' costs add up to more than the largest float "
+                          f"({sys.float_info.max:.3g} USD): not a bill that can be summed")

@@ -48,12 +48,14 @@ class PriceRow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     model: str = Field(min_length=1, description="the model's name, as providers and recordings write it")
     aliases: list[str] = Field(default_factory=list, description="other names of the same model")
-    input: float = Field(ge=0, description="USD per million input (prompt) tokens")
-    output: float = Field(ge=0, description="USD per million output tokens, visible and reasoning")
-    reasoning: float | None = Field(None, ge=0, description="USD per million reasoning tokens; null: the "
-                                                            "output price")
-    cached_input: float | None = Field(None, ge=0, description="USD per million input tokens read from the "
-                                                               "provider's prompt cache; null: the input price")
+    # at most 1e9 USD per million tokens, as a card's price (orchlib.cards.costs.MAX_PRICE says why)
+    input: float = Field(ge=0, le=1e9, description="USD per million input (prompt) tokens")
+    output: float = Field(ge=0, le=1e9, description="USD per million output tokens, visible and reasoning")
+    reasoning: float | None = Field(None, ge=0, le=1e9, description="USD per million reasoning tokens; null: "
+                                                                    "the output price")
+    cached_input: float | None = Field(None, ge=0, le=1e9, description="USD per million input tokens read from "
+                                                                       "the provider's prompt cache; null: the "
+                                                                       "input price")
     source: str = Field(min_length=1, description="where the prices were read (a URL)")
     date: dt.date = Field(description="the day they held on (YYYY-MM-DD)")
 

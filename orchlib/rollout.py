@@ -31,6 +31,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchlib.cards.costs import MAX_PRICE
 from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls,
                           template_renders_tools, tools_block)
 from orchlib.engines.base import ChatPolicy, Engine, SamplingParams
@@ -70,9 +71,9 @@ class RolloutConfig(BaseModel):
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "
                               "a given prefix. The tiny policy's measurements: docs/notes/")
-    policy_price_in: float = Field(0.2, ge=0, description="USD per M input ids; Qwen3-8B in the ToolOrchestra "
-                                                           "release")
-    policy_price_out: float = Field(0.2, ge=0, description="USD per M sampled ids; Qwen3-8B, same source")
+    policy_price_in: float = Field(0.2, ge=0, le=MAX_PRICE, description="USD per M input ids; Qwen3-8B in the "
+                                                                        "ToolOrchestra release")
+    policy_price_out: float = Field(0.2, ge=0, le=MAX_PRICE, description="USD per M sampled ids; Qwen3-8B, same source")
     policy_seconds_per_token: float = Field(0.02, ge=0, description="declared generation time per sampled id "
                                                                     "(~50 tok/s, a served 8B model)")
     measure_policy_latency: bool = Field(False, description="use measured batch wall time instead")

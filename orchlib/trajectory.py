@@ -11,14 +11,18 @@ import json
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Annotated, Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from orchlib.atomic import write_text_atomic
 
 __all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "UserTurn", "Turn", "Trajectory",
            "new_turn", "new_tool_call", "new_observation", "set_fields", "to_json_line", "write_jsonl", "read_jsonl"]
+
+# Money: a cost is a finite number of USD, >= 0, wherever a record is built or read (a negative cost
+# would make a bill add up to less than was paid; NaN and inf poison every sum and mean of a run).
+USD = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 ErrorKind = Literal["malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout"]
 ERROR_KINDS: tuple[str, ...] = ("malformed_call", "unknown_tool", "schema_violation", "tool_failure", "timeout")
@@ -37,7 +41,7 @@ class Observation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     content: str
-    cost_usd: float = 0.0
+    cost_usd: USD = 0.0
     latency_s: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
@@ -58,7 +62,7 @@ class UserTurn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str
     done: bool = False                  # the user ended the conversation with this reply
-    cost_usd: float = 0.0
+    cost_usd: USD = 0.0
     latency_s: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
@@ -75,7 +79,7 @@ class Turn(BaseModel):
     observations: list[Observation] = Field(default_factory=list)
     gen_latency_s: float = 0.0              # the orchestrator's own generation time
     latency_s: float = 0.0                  # gen_latency_s + the longest of the turn's concurrent calls
-    cost_usd: float = 0.0                   # own tokens priced by the orchestrator's card + tool costs
+    cost_usd: USD = 0.0                     # own tokens priced by the orchestrator's card + tool costs
     tokens_out: int = 0                     # ids sampled this turn
     user: UserTurn | None = None            # the user's reply to this turn, when the task has a user
 
@@ -100,9 +104,9 @@ class Trajectory(BaseModel):
     # of the rollout config
     finish_reason: Literal["answer", "final_tool", "user_stop", "length", "max_turns", "token_budget", ""] = ""
     outcome: float = 0.0
-    cost_usd: float = 0.0
+    cost_usd: USD = 0.0
     latency_s: float = 0.0
-    user_cost_usd: float = 0.0           # the task's user (a simulated user's model), apart from cost_usd
+    user_cost_usd: USD = 0.0             # the task's user (a simulated user's model), apart from cost_usd
     user_latency_s: float = 0.0          # the user's time, apart from latency_s
     calls: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
@@ -289,6 +293,11 @@ def read_jsonl(path: str | os.PathLike) -> list[Trajectory]:
                 continue
             try:
                 out.append(Trajectory.model_validate(json.loads(line)))
-            except (json.JSONDecodeError, ValueError) as e:
+            except ValidationError as e:  # one line: the first problem and the field it is in
+                err = e.errors()[0]
+                field = ".".join(str(x) for x in err["loc"]) or "(line)"
+                got = "" if isinstance(err.get("input"), (dict, list)) else f" (got {repr(err.get('input'))[:60]})"
+                raise ValueError(f"{path}:{lineno}: {field}: {err['msg']}{got}") from None
+            except ValueError as e:  # JSONDecodeError (and what json.loads refuses, e.g. a huge int)
                 raise ValueError(f"{path}:{lineno}: not a trajectory: {e}") from None
     return out

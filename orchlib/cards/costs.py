@@ -9,21 +9,31 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Price", "Latency"]
+__all__ = ["Price", "Latency", "MAX_PRICE"]
+
+# The most any price may be, in USD (per call, per second, per million tokens). 1e9 per million tokens
+# is $1,000 a token: a million times the dearest output price in the price table (~$600 per million),
+# so no real price is refused (and made-up prices that keep a test's amounts exact in binary fit);
+# and a cost from such a price overflows a float only past ~1e305 tokens (or calls, or seconds), so
+# every cost computed from a card, and every sum of a run's costs, stays finite.
+MAX_PRICE = 1e9
 
 
 class Price(BaseModel):
     """What one call costs, in USD. All parts add up; 0 means free."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    per_call: float = Field(0.0, ge=0, description="flat fee per call (the ToolOrchestra web search: 0.01)")
-    per_m_input: float = Field(0.0, ge=0, description="per million input tokens (gpt-5: 1.25)")
-    per_m_output: float = Field(0.0, ge=0, description="per million output tokens (gpt-5: 10)")
-    per_second: float = Field(0.0, ge=0, description="per second of run time (code interpreter: 0.0000083)")
-    per_m_reasoning: float | None = Field(None, ge=0, description="per million reasoning tokens; unset: the output "
-                                          "price (providers bill reasoning tokens as output)")
-    per_m_cached_input: float | None = Field(None, ge=0, description="per million input tokens read from the "
-                                             "provider's cache; unset: the input price")
+    # Every part is finite, >= 0 and at most MAX_PRICE (see there: no cost computed from a card overflows).
+    per_call: float = Field(0.0, ge=0, le=MAX_PRICE, description="flat fee per call (the ToolOrchestra web "
+                            "search: 0.01)")
+    per_m_input: float = Field(0.0, ge=0, le=MAX_PRICE, description="per million input tokens (gpt-5: 1.25)")
+    per_m_output: float = Field(0.0, ge=0, le=MAX_PRICE, description="per million output tokens (gpt-5: 10)")
+    per_second: float = Field(0.0, ge=0, le=MAX_PRICE, description="per second of run time (code interpreter: "
+                              "0.0000083)")
+    per_m_reasoning: float | None = Field(None, ge=0, le=MAX_PRICE, description="per million reasoning tokens; "
+                                          "unset: the output price (providers bill reasoning tokens as output)")
+    per_m_cached_input: float | None = Field(None, ge=0, le=MAX_PRICE, description="per million input tokens "
+                                             "read from the provider's cache; unset: the input price")
     table: str | None = Field(None, description="a model of orchlib's price table (orchlib/data/prices.yaml, each "
                                                 "row with its source and date): its input, output, reasoning and "
                                                 "cached-input prices fill those fields, which must then agree with "

@@ -13,6 +13,7 @@ line and field.
 from __future__ import annotations
 
 import argparse
+import math
 
 from orchlib.cli import UsageError
 
@@ -59,8 +60,8 @@ def check(args: argparse.Namespace) -> int:
     from orchlib.audit import check_prices
     from orchlib.prices import PriceTableError, load_prices
 
-    if not args.factor > 1:
-        raise UsageError(f"--factor {args.factor:g}: a factor must be above 1")
+    if not (math.isfinite(args.factor) and args.factor > 1):  # nan and inf: no price is ever `off`
+        raise UsageError(f"--factor {args.factor:g}: a factor must be a finite number above 1")
     models = _models(args.model)
     table = _read(load_prices, args.table, PriceTableError)
     cards = _cards(args.cards)
