@@ -16,7 +16,14 @@ The front is the Pareto-optimal set of the sweep's points: cost and latency lowe
 reference point — one number for a whole front, larger is better — so the sweep's points, the
 baselines' (each a single point: they ignore P) and the oracle's compare on one scale. The default
 reference is accuracy 0 and 1.1 × the dearest (slowest) point of everything compared, so that the
-dearest point still encloses some area; pass `reference=` to fix it across experiments.
+dearest point still encloses some area (when every cost, or latency, is 0: 1 USD, or 1 s, so that a
+free front still encloses its accuracy); pass `reference=` to fix it across experiments. Costs and
+latencies are >= 0: a negative one is refused. The hypervolume takes the non-dominated points first,
+then sweeps them in O(n log n) (2-D) or slices along cost over 2-D sweeps (3-D).
+
+A grid holds at most `MAX_GRID` preferences (10,000): the product of the axes' lengths is checked
+before anything is built (a sweep evaluates every task under every P, so a larger grid is a mistake
+long before it is a memory problem).
 
 `preference_router` is a baseline that reads P: per task category, the route (`orchlib.baselines`)
 whose measured accuracy, cost and latency score best under the task's P — what a policy that has
@@ -37,20 +44,38 @@ from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task
 
 __all__ = ["SweepPoint", "SweepResult", "preference_grid", "preference_sample", "sweep", "pareto_front",
-           "hypervolume", "reference_point", "preference_router"]
+           "hypervolume", "reference_point", "preference_router", "MAX_GRID"]
 
 # Beyond the dearest point, the reference leaves this share of its value: a front's dearest point
 # would otherwise enclose no area, and a baseline that is only that point would score 0.
 REFERENCE_MARGIN = 0.1
+# The most preferences a grid may hold (see the module docstring).
+MAX_GRID = 10_000
 
 
 # ---------------------------------------------------------------------------------------------- preferences
+def _num(x: float, sign: str = "") -> str:
+    """`x` in 6 digits (`0.5`), or in as many as it takes to read back as `x`: two weights that differ
+    past the sixth digit get two labels (the label keys the sweep's points)."""
+    short = f"{x:{sign}g}"
+    if float(short) == x:
+        return short
+    return ("+" if sign and x >= 0 else "") + repr(float(x))  # the shortest text that reads back as x
+
+
 def _label(outcome: float, cost: float, latency: float, tools: Mapping[str, float]) -> str:
-    parts = [f"a{outcome:g}", f"c{cost:g}", f"l{latency:g}"] + [f"{t}{w:+g}" for t, w in sorted(tools.items()) if w]
-    return " ".join(parts)
+    parts = [f"a{_num(outcome)}", f"c{_num(cost)}", f"l{_num(latency)}"]
+    return " ".join(parts + [f"{t}{_num(w, '+')}" for t, w in sorted(tools.items()) if w])
 
 
 def _preference(outcome: float, cost: float, latency: float, tools: Mapping[str, float]) -> Preference:
+    for what, w in (("outcome", outcome), ("cost", cost), ("latency", latency), *tools.items()):
+        try:
+            ok = np.isfinite(float(w))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"preference weight {what}: {w!r} is not a finite number")
     tools = {t: float(w) for t, w in tools.items() if w}
     return Preference(name=_label(outcome, cost, latency, tools), outcome=float(outcome), cost=float(cost),
                       latency=float(latency), tools=tools)
@@ -65,6 +90,10 @@ def preference_grid(outcome: Sequence[float] = (1.0,), cost: Sequence[float] = (
     axes = [list(outcome), list(cost), list(latency), *[list(v) for v in tools.values()]]
     if any(not a for a in axes):
         raise ValueError("every axis of a preference grid needs at least one value")
+    size = int(np.prod([len(a) for a in axes], dtype=object))
+    if size > MAX_GRID:
+        raise ValueError(f"a preference grid of {size} preferences ({' × '.join(str(len(a)) for a in axes)}) is "
+                         f"more than MAX_GRID = {MAX_GRID}: sample (preference_sample) or use fewer values")
     out = [_preference(o, c, s, dict(zip(tools, ws))) for o, c, s, *ws in itertools.product(*axes)]
     return _distinct(out)
 
@@ -81,6 +110,8 @@ def preference_sample(n: int, *, seed: int = 0, outcome: tuple[float, float] = (
     ranges = {"outcome": outcome, "cost": cost, "latency": latency,
               **{f"tools/{t}": r for t, r in (tools or {}).items()}}
     for key, (lo, hi) in ranges.items():
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"preference weight {key}: the range ({lo}, {hi}) is not finite")
         if hi < lo:
             raise ValueError(f"{key}: the range ({lo}, {hi}) ends below its start")
     draws = {k: np.round(rng.uniform(lo, hi, n), decimals) for k, (lo, hi) in ranges.items()}
@@ -116,16 +147,34 @@ def pareto_front(points: Sequence[Sequence[float]], latency: bool = False) -> li
     return sorted(keep, key=lambda i: (keys[i], i))
 
 
+def _non_negative(rows: list[tuple[float, ...]], what: str) -> None:
+    """Cost (and latency) are money and time: >= 0 (a negative one would move the reference point)."""
+    for r in rows:
+        bad = [(name, x) for name, x in zip(("cost", "accuracy", "latency"), r) if name != "accuracy" and x < 0]
+        if bad:
+            name, x = bad[0]
+            raise ValueError(f"{what}: {name} {x!r} is negative (point {r}): costs and latencies are >= 0")
+
+
 def reference_point(*point_sets: Sequence[Sequence[float]], latency: bool = False,
                     margin: float = REFERENCE_MARGIN) -> tuple[float, ...]:
     """The default reference of `hypervolume` for these sets together: (1 + margin) × the highest cost
-    (and latency), accuracy 0."""
+    (and latency), accuracy 0. A highest cost (latency) of 0 gives 1 USD (1 s): with a reference at 0 a
+    free front would enclose nothing, and a point at the reference is not counted."""
+    if not (np.isfinite(margin) and margin >= 0):  # below 0 the dearest point would fall outside
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     rows = [r for s in point_sets for r in _as_rows(s, 3 if latency else 2)]
     if not rows:
         raise ValueError("no points")
-    ref = [(1 + margin) * max(r[0] for r in rows), 0.0]
+    _non_negative(rows, "reference_point")
+
+    def edge(values: list[float]) -> float:
+        top = max(values)
+        return (1 + margin) * top if top > 0 else 1.0
+
+    ref = [edge([r[0] for r in rows]), 0.0]
     if latency:
-        ref.append((1 + margin) * max(r[2] for r in rows))
+        ref.append(edge([r[2] for r in rows]))
     return tuple(ref)
 
 
@@ -133,32 +182,56 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     """The measure of what `points` dominate up to `reference`: the union over the points of the box
     between the point and the reference, in (cost, accuracy) — an area — or (cost, accuracy, latency) —
     a volume — after the length of `reference`. A point no better than the reference in every
-    coordinate adds nothing. Exact (slices along cost, each slice one dimension lower)."""
+    coordinate adds nothing. Exact: the non-dominated points first, then a sweep along cost (2-D,
+    O(n log n)) or slices along cost, each a 2-D sweep (3-D)."""
     dims = len(reference)
     if dims not in (2, 3):
         raise ValueError("the reference is (cost, accuracy) or (cost, accuracy, latency)")
     rows = _as_rows(points, dims)
     ref = _as_rows([reference], dims)[0]
+    _non_negative(rows, "hypervolume")
     # every coordinate turned into one to minimise: accuracy is negated
     flip = [(r[0], -r[1], *r[2:]) for r in rows]
     bound = (ref[0], -ref[1], *ref[2:])
-    inside = [p for p in flip if all(x < b for x, b in zip(p, bound))]
-    return _volume(inside, bound)
+    front = _nondominated([p for p in flip if all(x < b for x, b in zip(p, bound))])
+    return _area(front, bound) if dims == 2 else _volume(front, bound)
 
 
-def _volume(points: list[tuple[float, ...]], bound: tuple[float, ...]) -> float:
-    """Measure of the union of the boxes [p, bound] (every coordinate minimised), by slicing along
-    the first coordinate: between two consecutive point values the slice is the lower-dimensional
-    union of the boxes of the points at or before it."""
-    if not points:
-        return 0.0
-    if len(bound) == 1:
-        return bound[0] - min(p[0] for p in points)
-    xs = sorted({p[0] for p in points})
+def _nondominated(points: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
+    """The points no other point weakly dominates (every coordinate minimised), once each, sorted.
+    In sorted order a point can only be dominated by one before it; in 2-D that is the running minimum
+    of the second coordinate (O(n log n)), in 3-D the kept points are checked (O(n × front))."""
+    kept: list[tuple[float, ...]] = []
+    best = float("inf")
+    for p in sorted(set(points)):
+        if len(p) == 2:
+            if p[1] < best:
+                kept.append(p)
+                best = p[1]
+        elif not any(q[1] <= p[1] and q[2] <= p[2] for q in kept):
+            kept.append(p)
+    return kept
+
+
+def _area(front: list[tuple[float, ...]], bound: tuple[float, ...]) -> float:
+    """Area of the union of the boxes [p, bound] of a 2-D front sorted by its first coordinate (so its
+    second decreases): between two consecutive points the union's height is the earlier point's."""
     total = 0.0
-    for i, x in enumerate(xs):
-        width = (xs[i + 1] if i + 1 < len(xs) else bound[0]) - x
-        total += width * _volume([p[1:] for p in points if p[0] <= x], bound[1:])
+    for i, (x, y) in enumerate(front):
+        total += ((front[i + 1][0] if i + 1 < len(front) else bound[0]) - x) * (bound[1] - y)
+    return total
+
+
+def _volume(front: list[tuple[float, ...]], bound: tuple[float, ...]) -> float:
+    """Volume of the union of the boxes [p, bound] of a 3-D front sorted by its first coordinate: between
+    two consecutive first coordinates the slice is the 2-D area of the points at or before it."""
+    total = 0.0
+    slice_: list[tuple[float, ...]] = []
+    for i, p in enumerate(front):
+        slice_ = _nondominated(slice_ + [p[1:]])
+        width = (front[i + 1][0] if i + 1 < len(front) else bound[0]) - p[0]
+        if width > 0:
+            total += width * _area(slice_, bound[1:])
     return total
 
 
