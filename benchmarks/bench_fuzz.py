@@ -42,7 +42,7 @@ from orchlib.cards import CardError, load_card
 from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls
 from orchlib.reward import Reward, RewardFileError, RewardSyntaxError
 from orchlib.tasks import TaskFileError, load_tasks
-from orchlib.tools.replay import RecordingError, read_recording
+from orchlib.recordings import RecordingError, read_recording
 
 HANG_S = 5.0
 

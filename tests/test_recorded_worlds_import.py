@@ -23,7 +23,7 @@ from orchlib.openai_messages import from_openai_messages, to_openai_messages
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.tools import Toolbox
-from orchlib.tools.replay import RecordingError, read_recording
+from orchlib.recordings import RecordingError, read_recording
 from orchlib.trajectory import ToolCall, UserTurn
 
 TOK = build_tokenizer()
