@@ -398,26 +398,56 @@ def read_recording(path: str | os.PathLike, settings: ReplaySettings | None = No
     return Recording(path, layout, read(path, s, names, rows, bad), bad.lines)
 
 
-def _present(column: str, names: list[str]) -> bool:
-    """A column of the file, or a dotted path whose first step is one ("usage.prompt_tokens")."""
-    return column in names or ("." in column and column.split(".", 1)[0] in names)
+def _present(column: str, names: list[str], rows: list[tuple[int, Mapping[str, Any]]]) -> bool:
+    """A column of the file, or a dotted path ("usage.prompt_tokens") that leads to a value on some row:
+    every step is checked, not only the first (a typo in a later step would otherwise read None on
+    every row, and the grades, costs and tokens it names would be silently estimated)."""
+    if column in names:
+        return True
+    if "." not in column or column.split(".", 1)[0] not in names:
+        return False
+    return any(_walk(row, column)[1] is None for _, row in rows)
 
 
-def _get(row: Mapping[str, Any], column: str) -> Any:
+def _walk(row: Mapping[str, Any], column: str) -> tuple[Any, int | None]:
+    """(value, None) where the dotted path leads (a null on the way reads None); (the value reached,
+    the index of the first step it lacks) where it stops."""
+    value: Any = row
+    for i, step in enumerate(column.split(".")):
+        if value is None:
+            return None, None
+        if not isinstance(value, Mapping) or step not in value:
+            return value, i
+        value = value[step]
+    return value, None
+
+
+def _get(row: Mapping[str, Any], column: str, path: Path, line: int) -> Any:
     """The row's value of a column, or of a dotted path into nested objects (a column named with the
-    dots as written wins); None where the path leads nowhere."""
+    dots as written wins). A row without the column, or whose path meets a null or an object without
+    the next step, reads None (not recorded on that row, as a column a JSONL row leaves out); a path
+    that meets a value other than an object is an error naming the step."""
     if column in row or "." not in column:
         return row.get(column)
-    value: Any = row
-    for step in column.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(step)
-    return value
+    found, i = _walk(row, column)
+    if i is None or isinstance(found, Mapping):
+        return found if i is None else None
+    steps = column.split(".")
+    raise RecordingError(f"{path}:{line}: {column}: the path stops at step {steps[i]!r}: {'.'.join(steps[:i])!r} "
+                         f"holds {type(found).__name__}, not an object")
 
 
-def _need(path: Path, names: list[str], wanted: Iterable[str]) -> None:
-    missing = [c for c in wanted if not _present(c, names)]
+def _need(path: Path, names: list[str], wanted: Iterable[str], rows: list[tuple[int, Mapping[str, Any]]]) -> None:
+    missing = [c for c in wanted if not _present(c, names, rows)]
+    for column in missing:  # a dotted path whose first step is a column: say where it breaks, on which row
+        steps = column.split(".")
+        if len(steps) > 1 and steps[0] in names:
+            line, row = next((line, row) for line, row in rows if steps[0] in row)
+            found, i = _walk(row, column)
+            held = sorted(map(str, found))[:12] if isinstance(found, Mapping) else type(found).__name__
+            raise RecordingError(f"{path}:{line}: {column}: no row has this path: step {steps[i]!r} is missing "
+                                 f"under {'.'.join(steps[:i])!r} (which holds {held}; shown: the first row "
+                                 f"with {steps[0]!r})")
     if missing:
         raise RecordingError(f"{path}: no column(s) {missing}; columns are {names}")
 
@@ -449,9 +479,9 @@ def _keep(s: ReplaySettings, answers: dict[str, Recorded], lines: dict[str, int]
 def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows, bad: _Skip) -> dict[str, dict[str, Recorded]]:
     response = s.response_column or "response"
     explicit = {f: getattr(s, f) for f in _OPTIONAL if f in s.model_fields_set and getattr(s, f) is not None}
-    _need(path, names, [s.prompt_column, s.model_column, response, *explicit.values()])
+    _need(path, names, [s.prompt_column, s.model_column, response, *explicit.values()], rows)
     cols = {f: getattr(s, f) or default for f, default in _OPTIONAL.items()}
-    cols = {f: c for f, c in cols.items() if _present(c, names)}  # optional columns the file lacks: not recorded
+    cols = {f: c for f, c in cols.items() if _present(c, names, rows)}  # optional columns the file lacks: unrecorded
     parsers = {"grade_column": parse_grade if s.grade_scale is None else scaled_grade(s.grade_scale),
                "tokens_in_column": _count, "tokens_out_column": _count, "tokens_reasoning_column": _count,
                "tokens_cached_column": _count, "latency_column": _seconds, "cost_column": _usd}
@@ -460,12 +490,12 @@ def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows, bad: _Skip
     keys: dict[str, str] = {}  # question → its normalised key: each question is asked of many models
     for line, row in rows:
         try:
-            question = _get(row, s.prompt_column)
+            question = _get(row, s.prompt_column, path, line)
             if not isinstance(question, (str, int)) or isinstance(question, bool) or not str(question).strip():
                 raise RecordingError(f"{path}:{line}: {s.prompt_column}: no question (empty or not text)")
-            model = _parse(path, line, s.model_column, _model_name, _get(row, s.model_column))
-            values = {f: _parse(path, line, c, parsers[f], _get(row, c)) for f, c in cols.items()}
-            rec = Recorded(text=_parse(path, line, response, _text, _get(row, response)),
+            model = _parse(path, line, s.model_column, _model_name, _get(row, s.model_column, path, line))
+            values = {f: _parse(path, line, c, parsers[f], _get(row, c, path, line)) for f, c in cols.items()}
+            rec = Recorded(text=_parse(path, line, response, _text, _get(row, response, path, line)),
                            grade=values.get("grade_column"), tokens_in=values.get("tokens_in_column"),
                            tokens_out=values.get("tokens_out_column"),
                            tokens_reasoning=values.get("tokens_reasoning_column"),
@@ -488,25 +518,26 @@ def _read_rows(path: Path, s: ReplaySettings, names: list[str], rows, bad: _Skip
 def _read_wide(path: Path, s: ReplaySettings, names: list[str], rows, bad: _Skip) -> dict[str, dict[str, Recorded]]:
     if s.response_column:  # named explicitly: that column is the card's model
         models = {s.model: (s.response_column, s.grade_column or s.model)}
-        _need(path, names, [s.prompt_column, s.response_column] + ([s.grade_column] if s.grade_column else []))
+        _need(path, names, [s.prompt_column, s.response_column] + ([s.grade_column] if s.grade_column else []), rows)
     else:
         models = {c.removesuffix("_response"): (c, c.removesuffix("_response")) for c in names
                   if c.endswith("_response")}
         if s.grade_column:
             models = {m: (r, s.grade_column) for m, (r, _) in models.items()}
-        _need(path, names, [s.prompt_column])
+        _need(path, names, [s.prompt_column], rows)
     grades = parse_grade if s.grade_scale is None else scaled_grade(s.grade_scale)
+    graded = {m for m, (_, grade) in models.items() if _present(grade, names, rows)}  # a grade column is optional
     out: dict[str, dict[str, Recorded]] = {m: {} for m in models}
     where: dict[str, dict[str, int]] = {m: {} for m in models}
     for line, row in rows:
         try:
-            question = _get(row, s.prompt_column)
+            question = _get(row, s.prompt_column, path, line)
             if not isinstance(question, str) or not question.strip():
                 raise RecordingError(f"{path}:{line}: {s.prompt_column}: no question (empty or not text)")
             key = normalise(question)
             found = {model: Recorded(
-                text=_parse(path, line, response, _text, _get(row, response)),
-                grade=_parse(path, line, grade, grades, _get(row, grade)) if _present(grade, names) else None)
+                text=_parse(path, line, response, _text, _get(row, response, path, line)),
+                grade=_parse(path, line, grade, grades, _get(row, grade, path, line)) if model in graded else None)
                 for model, (response, grade) in models.items()}
             for model, rec in found.items():  # the whole row is checked before any of it is kept
                 error = _conflict(path, s, out[model], where[model], key, rec, line, model)

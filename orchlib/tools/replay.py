@@ -122,9 +122,10 @@ def replay_cards(path: str | os.PathLike, models: Iterable[str] | None = None, *
                  output_includes_reasoning: bool | Mapping[str, bool] = False, **settings: Any) -> list[ToolCard]:
     """One `final`, `input: task` replay card per model of a recording (default: every model in it).
 
-    Names are the model names with characters a tool name cannot hold replaced by `_`. `prices` maps a
-    model to its Price (a model without one is free: say so explicitly with `Price()`), or is a price
-    table (`orchlib.prices.load_prices()`), which must price every chosen model (a configuration such as
+    Names are the model names with characters a tool name cannot hold replaced by `_`. `prices` maps
+    every chosen model to its Price (a model it leaves out is an error, never silently free: give a free
+    one `Price()`; without `prices` every card is free), or is a price table
+    (`orchlib.prices.load_prices()`), which must price every chosen model too (a configuration such as
     "gpt-5/high" takes the row of "gpt-5"). Recordings that mix providers mix conventions, so two settings
     may be given per model: `latency` is one Latency (or its fields, `{"seconds": 2}`) for every model, or
     `{model: Latency | {"seconds": ...} | seconds}`; `output_includes_reasoning` one bool, or `{model:
@@ -141,7 +142,12 @@ def replay_cards(path: str | os.PathLike, models: Iterable[str] | None = None, *
                       f"load_recording(...).skipped lists every one):\n  {shown}{more}", stacklevel=2)
     chosen = list(models) if models is not None else recording.models
     table = prices if isinstance(prices, PriceTable) else None
+    priced = table is None and prices is not None
     prices = {} if table is not None else dict(prices or {})
+    unpriced = [m for m in chosen if m not in prices] if priced else []
+    if unpriced:  # a typo, or a model forgotten: billed $0 without a word otherwise
+        raise ValueError(f"prices names no price for model(s) {unpriced} (it prices {sorted(prices)}); give each "
+                         "chosen model its Price (Price() for a free one)")
     latencies = _per_model(latency, chosen, "latency", _latency)
     reasoning = _per_model(output_includes_reasoning, chosen, "output_includes_reasoning", _flag)
     cards, names = [], {}
