@@ -17,6 +17,9 @@ Readers, with the errors they document:
 - recordings    read_recording on JSONL rows of recording-shaped objects (random values, NaN counts,
                 nested and deep rows), CSV (duplicate headers, short rows, fields over 128 KiB, stray
                 quotes) and Parquet (written, then cut at a random point)          RecordingError
+- conversations read_openai_jsonl on mutated OpenAI-format conversations (ids of the wrong type or
+                missing, NaN and huge integers in arguments, call markup and unclosed tags in text,
+                deep nesting, messages out of order)  ConversationError, one line naming the place
 
 The default test suite runs a few hundred cases of each (tests/test_hardening_fuzz.py); exits 1 if a
 reader raised anything undocumented or a case took over 5 s.
@@ -40,9 +43,10 @@ from hypothesis import strategies as st
 
 from orchlib.cards import CardError, load_card
 from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls
+from orchlib.openai_messages import ConversationError, read_openai_jsonl, to_openai_messages
 from orchlib.reward import Reward, RewardFileError, RewardSyntaxError
 from orchlib.tasks import TaskFileError, load_tasks
-from orchlib.tools.replay import RecordingError, read_recording
+from orchlib.recordings import RecordingError, read_recording
 
 HANG_S = 5.0
 
@@ -211,6 +215,65 @@ def read_recording_case(case: tuple, folder: Path) -> None:
     read_recording(path)
 
 
+# ---------------------------------------------------------------------------------- conversations
+def _conversation(calls: list[tuple[Any, Any, Any, Any]], texts: list[Any], answer: Any) -> list[dict[str, Any]]:
+    """A conversation of the OpenAI format, each part from the generator: per call its id, name, arguments
+    and the id its tool message answers with; the assistant's texts; its last answer."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You help."}, {"role": "user", "content": "Hi"}]
+    for (call_id, name, arguments, answered), text in zip(calls, texts + [None] * len(calls)):
+        messages.append({"role": "assistant", "content": text,
+                         "tool_calls": [{"id": call_id, "type": "function",
+                                         "function": {"name": name, "arguments": arguments}}]})
+        messages.append({"role": "tool", "tool_call_id": answered, "content": "ok"})
+    messages.append({"role": "assistant", "content": answer})
+    return messages
+
+
+MARKUP = [TOOL_CALL, TOOL_CALL_END, f"{TOOL_CALL}\n{{\"name\": \"f\", \"arguments\": {{}}}}\n{TOOL_CALL_END}",
+          f"x {TOOL_CALL} {{\"name\"", "<|im_end|>", "\ud800", "done ###STOP###"]
+texts = st.none() | st.text(max_size=20) | st.sampled_from(MARKUP) | json_values
+argument_texts = (st.sampled_from(['{"x": NaN}', '{"x": Infinity}', '{"x": ' + "9" * 5000 + "}", '{"x": "\\ud800"}',
+                                   '{"x": ' + nested(3000) + "}", '{"x": "' + TOOL_CALL_END + '"}', "", "[1]", "{"])
+                  | json_values.map(lambda v: json.dumps({"x": v})))
+ids = st.sampled_from(["c1", "c2"]) | st.none() | json_values
+
+
+def conversation_cases():
+    call = st.tuples(ids, st.sampled_from(["f", "g", "", TOOL_CALL]) | json_values, argument_texts | json_values,
+                     ids)
+    conversation = st.builds(_conversation, st.lists(call, max_size=3), st.lists(texts, max_size=3), texts)
+    mutate = st.sampled_from(["", "drop-first", "swap", "role", "deep", "task-id"])
+    row = st.tuples(conversation, mutate, st.sampled_from(["t1", "t2", 3, None, ["t"]]))
+    return st.lists(row, min_size=1, max_size=3)
+
+
+def _conversation_line(messages: list[dict[str, Any]], mutation: str, task_id: Any) -> bytes:
+    if mutation == "drop-first" and len(messages) > 2:
+        messages = messages[1:]
+    elif mutation == "swap" and len(messages) > 3:
+        messages[2], messages[3] = messages[3], messages[2]
+    elif mutation == "role":
+        messages[-1] = {**messages[-1], "role": "robot"}
+    if mutation == "deep":
+        return ('{"task_id": "t", "messages": ' + nested(100_000) + "}").encode()
+    row = {"task_id": task_id, "messages": messages} if mutation != "task-id" else {"messages": messages}
+    return json.dumps(row, ensure_ascii=False).encode("utf-8", errors="surrogatepass")
+
+
+def read_conversations_case(case: list, folder: Path) -> None:
+    """read_openai_jsonl, then each trajectory written back out; a documented error must be one line and
+    name a place (the file and line)."""
+    path = folder / "c.jsonl"
+    path.write_bytes(b"\n".join(_conversation_line(*row) for row in case))
+    try:
+        for traj in read_openai_jsonl(path):
+            json.dumps(to_openai_messages(traj), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ConversationError as e:
+        if "\n" in str(e) or not str(e).startswith(f"{path}:"):
+            raise AssertionError(f"not a one-line error naming the file and line: {e!s:.300}") from None
+        raise
+
+
 # ---------------------------------------------------------------------------------------- running
 @dataclass
 class Row:
@@ -218,6 +281,7 @@ class Row:
     cases: int = 0
     documented: int = 0
     other: int = 0
+    parsed: int = 0  # cases read without an error
     max_s: float = 0.0
     slowest: str = ""
     examples: list[str] = field(default_factory=list)
@@ -230,6 +294,7 @@ READERS: dict[str, tuple[Any, Callable[..., None], tuple[type[BaseException], ..
     "rewards": (reward_cases(), read_reward, (RewardFileError, RewardSyntaxError)),
     "tasks": (task_cases(), read_tasks, (TaskFileError,)),
     "recordings": (recording_cases(), read_recording_case, (RecordingError,)),
+    "conversations": (conversation_cases(), read_conversations_case, (ConversationError,)),
 }
 
 
@@ -258,6 +323,7 @@ def fuzz(reader: str, cases: int, seed: int = 0) -> Row:
             t0 = time.perf_counter()
             try:
                 read(case, folder)
+                row.parsed += 1
             except documented:
                 row.documented += 1
             except Exception as e:  # counted and shown: this is what the benchmark looks for
@@ -285,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         row = fuzz(reader, args.cases, args.seed)
         print(f"{row.reader:<12} {row.cases:>7,} {row.documented:>18,} {row.other:>17,} {row.max_s:>12.3f}"
-              f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+              f"   ({row.parsed:,} parsed, {time.perf_counter() - t0:.0f} s)", flush=True)
         for example in row.examples:
             print("    " + example.replace("\n", "\n    "))
         if row.max_s > HANG_S:

@@ -21,7 +21,7 @@ import numpy as np
 
 from orchlib.baselines import make_baselines, try_routes
 from orchlib.envs import make_suite
-from orchlib.evaluate import aiq, compare, evaluate, frontier, pgr, reward_across
+from orchlib.evaluate import Undefined, aiq, compare, evaluate, frontier, pgr, reward_across
 from orchlib.models import build_tokenizer
 from orchlib.reward import Reward
 
@@ -63,7 +63,8 @@ def main() -> None:
         trajs = [tr for tr in rep.trajectories if tr.category == "gsm8k"]
         share = np.mean([tr.calls.get("gpt4", 0) > 0 for tr in trajs])
         acc = np.mean([tr.outcome for tr in trajs])
-        pgrs[name] = pgr(acc, weak, strong) if strong != weak else None
+        value = pgr(acc, weak, strong)  # Undefined when always-gpt4 is no better than always-mixtral
+        pgrs[name] = None if isinstance(value, Undefined) else value
         shown = "n/a" if pgrs[name] is None else f"{pgrs[name]:.2f}"
         print(f"  {name:<10} gpt4 share {share:.2f}  accuracy {acc:.3f}  PGR {shown}")
 

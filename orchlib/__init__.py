@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "SFTConfig": "orchlib.train", "SFTExample": "orchlib.train", "golden_trajectories": "orchlib.train",
     "sft_train": "orchlib.train",
     "evaluate": "orchlib.evaluate", "EvalReport": "orchlib.evaluate", "Undefined": "orchlib.evaluate",
+    "UndefinedMetricError": "orchlib.evaluate",
     # sweeping P, auditing the bill, opening up the reward
     "sweep": "orchlib.sweep", "SweepResult": "orchlib.sweep", "preference_grid": "orchlib.sweep",
     "preference_sample": "orchlib.sweep", "pareto_front": "orchlib.sweep", "hypervolume": "orchlib.sweep",

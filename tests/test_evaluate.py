@@ -14,8 +14,8 @@ from orchlib.baselines import RouteResult, choose, make_baselines, route_stats, 
 from orchlib.chat import render_call
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.envs import make_suite
-from orchlib.evaluate import (EvalReport, aiq, apgr, compare, compute_metrics, evaluate, frontier, pgr,
-                              preference_adherence, reward_across, summarize)
+from orchlib.evaluate import (EvalReport, Undefined, UndefinedMetricError, aiq, apgr, compare, compute_metrics,
+                              evaluate, frontier, pgr, preference_adherence, reward_across, summarize)
 from orchlib.reward import Reward
 from orchlib.tasks import PROFILES, Task
 from orchlib.trajectory import Observation, ToolCall, Trajectory, Turn, read_jsonl
@@ -96,8 +96,14 @@ def test_frontier_by_hand():
 
 def test_pgr_and_apgr_by_hand():
     assert pgr(0.8, 0.6, 1.0) == pytest.approx(0.5)
-    same = pgr(0.5, 0.7, 0.7)  # no gap: a NaN that says why, not an exception or ±inf
-    assert math.isnan(same) and "no gap to recover" in repr(same)
+    same = pgr(0.5, 0.7, 0.7)  # no gap: a value that says why, not an exception, ±inf or NaN
+    assert isinstance(same, Undefined) and "no gap to recover" in repr(same)
+    with pytest.raises(UndefinedMetricError, match="no gap to recover"):  # a NaN would pass this check silently
+        assert not abs(same - 0.5) > 0.01
+    for use in (float, bool, lambda v: v < 1, lambda v: v == 0.5, lambda v: 1 - v):
+        with pytest.raises(UndefinedMetricError):
+            use(same)
+    assert f"{same:.3f}|{same:>10.2f}" == "undefined| undefined" and same == pgr(0.4, 0.7, 0.7)
     # Points (0, .6), (.5, .9), (1, 1): PGR (0, .75, 1); trapezoids .5*(0+.75)/2 + .5*(.75+1)/2 = .625.
     assert apgr([(1, 1.0), (0, 0.6), (0.5, 0.9)], 0.6, 1.0) == pytest.approx(0.625)
     # The straight line from weak to strong (a random router) recovers half the gap on average.

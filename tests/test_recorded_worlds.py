@@ -23,7 +23,8 @@ from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Golden, Task
 from orchlib.testing import ScriptedEngine
 from orchlib.tools import Toolbox, build_tool
-from orchlib.tools.replay import load_recording, replay_cards, ReplaySettings
+from orchlib.recordings import ReplaySettings, load_recording
+from orchlib.tools.replay import replay_cards
 from orchlib.trajectory import ToolCall
 
 WORLD = REPO / "tests" / "data" / "recorded_world"

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from orchlib import recordings
 from orchlib.cards import CardError, Price, load_card
 from orchlib.tasks import Task, check_answer
 from orchlib.tools import ToolContext, approx_tokens, build_tool, replay_lookup
-from orchlib.tools import replay
-from orchlib.tools.replay import (RecordingError, ReplaySettings, load_recording, parse_grade, read_recording,
-                                  replay_cards, write_recording)
+from orchlib.recordings import (RecordingError, ReplaySettings, load_recording, parse_grade, read_recording,
+                                write_recording)
+from orchlib.tools.replay import replay_cards
 from orchlib.trajectory import Observation
 
 REPO = Path(__file__).resolve().parents[1]
@@ -307,7 +308,7 @@ def test_write_recording_takes_a_table_and_refuses_non_rows(tmp_path):
             raise AssertionError("a Dataset is iterated")
 
     rec = read_recording(write_recording(Frame(), tmp_path / "f.jsonl"))
-    assert rec.answers("m")["q"] == replay.Recorded(text="a", grade=None, tokens_out=7)
+    assert rec.answers("m")["q"] == recordings.Recorded(text="a", grade=None, tokens_out=7)
     assert read_recording(write_recording(Dataset(), tmp_path / "d.jsonl")).answers("m")["q2"].text == "b"
     with pytest.raises(TypeError, match="row 1: expected a mapping"):
         write_recording([["q", "a"]], tmp_path / "g.jsonl")
@@ -327,9 +328,9 @@ def test_replay_cards_names_and_unknown_models(tmp_path):
 # ---------------------------------------------------------------------------------------------- cache
 def test_many_recordings_are_each_read_once(tmp_path, monkeypatch):
     reads: list[Path] = []
-    real = replay.read_recording
-    monkeypatch.setattr(replay, "read_recording", lambda path, s=None, **kw: reads.append(path) or real(path, s, **kw))
-    replay.clear_recordings()
+    real = recordings.read_recording
+    monkeypatch.setattr(recordings, "read_recording", lambda path, s=None, **kw: reads.append(path) or real(path, s, **kw))
+    recordings.clear_recordings()
     paths = [write_recording([{**r, "model": f"{r['model']}-{i}"} for r in RECORDS], tmp_path / f"r{i}.jsonl")
              for i in range(40)]
     cards = [c for p in paths for c in replay_cards(p)]
@@ -343,9 +344,9 @@ def test_many_recordings_are_each_read_once(tmp_path, monkeypatch):
 def test_threads_share_one_read_and_a_changed_file_is_read_again(tmp_path, monkeypatch):
     path = write_recording(RECORDS, tmp_path / "r.jsonl")
     reads: list[Path] = []
-    real = replay.read_recording
-    monkeypatch.setattr(replay, "read_recording", lambda p, s=None, **kw: reads.append(p) or real(p, s, **kw))
-    replay.clear_recordings()
+    real = recordings.read_recording
+    monkeypatch.setattr(recordings, "read_recording", lambda p, s=None, **kw: reads.append(p) or real(p, s, **kw))
+    recordings.clear_recordings()
     s = ReplaySettings(path=str(path), model="small")
     got: list = []
     threads = [threading.Thread(target=lambda: got.append(load_recording(path, s))) for _ in range(8)]

@@ -28,7 +28,9 @@ from orchlib.baselines.gc_pause import collector_paused
 from orchlib.baselines.routing import EVAL_ROLLOUT, RouteEngine, route_label, routes
 from orchlib.baselines.rules import BASELINES, choose, make_baselines
 from orchlib.baselines.tokenize_memo import TokenizeMemo
-from orchlib.baselines.trials import ROUTE_BATCH, RouteResult, Trials, route_stats, run_routes, try_routes
+from orchlib.baselines.trials import (CUT_SHORT, ROUTE_BATCH, RouteResult, Trials, route_stats, run_routes, try_routes,
+                                     warn_cut_short)
 
 __all__ = ["BASELINES", "EVAL_ROLLOUT", "ROUTE_BATCH", "RouteResult", "Trials", "routes", "route_label", "RouteEngine",
-           "TokenizeMemo", "run_routes", "try_routes", "route_stats", "choose", "make_baselines", "collector_paused"]
+           "TokenizeMemo", "run_routes", "try_routes", "route_stats", "choose", "make_baselines", "collector_paused",
+           "CUT_SHORT", "warn_cut_short"]

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 from orchlib.baselines.routing import RouteEngine, routes
 from orchlib.baselines.tokenize_memo import TokenizeMemo
-from orchlib.baselines.trials import RouteResult, Trials, route_stats, try_routes
+from orchlib.baselines.trials import RouteResult, Trials, route_stats, try_routes, warn_cut_short
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task
 
@@ -49,8 +49,12 @@ def make_baselines(tasks: Sequence[Task], toolbox, tokenizer, names: Sequence[st
                    calibration: Sequence[Task] | Trials | None = None, trials: Trials | None = None,
                    config: RolloutConfig | None = None, seed: int = 0) -> dict[str, RouteEngine]:
     """Baseline engines for `tasks`. `strongest`/`cheapest` rank routes on `calibration` (tasks, or
-    their Trials; default: `tasks` themselves); the oracle runs every route on `tasks` (`trials`)."""
+    their Trials; default: `tasks` themselves); the oracle runs every route on `tasks` (`trials`). Runs
+    the rollout's limits cut short, in trials run here or given, are warned about with their tasks."""
     tasks = list(tasks)
+    for given, what in ((trials, "trials"), (calibration, "calibration")):
+        if isinstance(given, Trials):
+            warn_cut_short(given, f"make_baselines ({what} given)", config)
     need_own = "oracle" in names or calibration is None
     own = trials or (try_routes(tasks, toolbox, tokenizer, config) if need_own else None)
     if isinstance(calibration, Trials):

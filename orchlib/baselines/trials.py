@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -15,11 +16,17 @@ from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.trajectory import ToolCall, Trajectory
 
-__all__ = ["ROUTE_BATCH", "RouteResult", "Trials", "run_routes", "try_routes", "route_stats"]
+__all__ = ["ROUTE_BATCH", "CUT_SHORT", "RouteResult", "Trials", "run_routes", "try_routes", "route_stats",
+           "warn_cut_short"]
 
 # Tasks per rollout when routes are tried: few enough that a batch's trajectories (each holds its
 # prompt's ids three times over) stay small for the garbage collector, many enough to batch the engine.
 ROUTE_BATCH = 128
+
+
+# How a run ends when the rollout's limits, not the route, stopped it: its outcome (0) and cost (what was
+# spent before the cut, often $0) are not the route's, and a baseline ranked on them would be wrong.
+CUT_SHORT = ("token_budget", "length")
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,11 @@ class RouteResult:
     outcome: float
     cost_usd: float
     latency_s: float
+    finish_reason: str = ""  # the trajectory's; in CUT_SHORT: the route did not run as planned
+
+    @property
+    def cut_short(self) -> bool:
+        return self.finish_reason in CUT_SHORT
 
 
 @dataclass
@@ -38,6 +50,38 @@ class Trials:
     routes: dict[str, dict[str, list[ToolCall]]]
     results: dict[str, dict[str, RouteResult]]
     tokenizer: Any = field(default=None, repr=False)
+
+    def cut_short(self) -> dict[str, dict[str, str]]:
+        """task id → route label → finish reason, of every run the rollout's limits cut short."""
+        out: dict[str, dict[str, str]] = {}
+        for task_id, by_label in self.results.items():
+            for label, res in by_label.items():
+                if res.cut_short:
+                    out.setdefault(task_id, {})[label] = res.finish_reason
+        return out
+
+
+def warn_cut_short(trials: Trials, who: str, config: RolloutConfig | None = None, stacklevel: int = 3) -> int:
+    """Warn, with a count and the tasks named, when runs of `trials` were cut short by the rollout's
+    limits (each is scored as it ended: an outcome of 0 and the cost spent before the cut); the count."""
+    cut = trials.cut_short()
+    n = sum(len(v) for v in cut.values())
+    if n:
+        config = config or EVAL_ROLLOUT
+        reasons: dict[str, int] = {}
+        for by_label in cut.values():
+            for reason in by_label.values():
+                reasons[reason] = reasons.get(reason, 0) + 1
+        limits = {"token_budget": f"the token budget (max_total_tokens={config.max_total_tokens})",
+                  "length": f"max_new_tokens={config.max_new_tokens}"}
+        why = ", ".join(f"{k} on {limits[r]}" for r, k in sorted(reasons.items()))
+        shown = "; ".join(f"{t}: {', '.join(sorted(v))}" for t, v in sorted(cut.items())[:10])
+        more = f"; … and {len(cut) - 10} more task(s)" if len(cut) > 10 else ""
+        total = sum(len(v) for v in trials.results.values())
+        warnings.warn(f"{who}: {n} of {total} route runs were cut short by the rollout's limits ({why}) and are "
+                      f"scored as they ended (outcome 0, only the cost spent before the cut) — task: route(s) "
+                      f"{shown}{more}; raise the limits or shorten the prompt", stacklevel=stacklevel)
+    return n
 
 
 def _route_batches(tasks: list[Task], toolbox, tokenizer, config: RolloutConfig | None, seed: int | None,
@@ -82,7 +126,8 @@ def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig 
 def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,
                seed: int | None = 0) -> Trials:
     """Run every route of every task once and keep each run's outcome, cost and latency (the
-    trajectories of one route at a time are held, then let go)."""
+    trajectories of one route at a time are held, then let go). Runs the rollout's limits cut short
+    are warned about, tasks named (`Trials.cut_short()` lists them)."""
     tasks = list(tasks)
     task_routes = {t.id: routes(t, toolbox.cards) for t in tasks}
     memo = TokenizeMemo.of(tokenizer)
@@ -90,13 +135,16 @@ def try_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig 
     for batch, plan, trajectories in paused_batches(_route_batches(tasks, toolbox, memo, config, seed,
                                                                     task_routes)):
         for t, tr in zip(batch, trajectories):
-            results[t.id][plan[t.id]] = RouteResult(tr.outcome, tr.cost_usd, tr.latency_s)
+            results[t.id][plan[t.id]] = RouteResult(tr.outcome, tr.cost_usd, tr.latency_s, tr.finish_reason)
         tr = trajectories = None  # the batch goes before the collector runs again
-    return Trials(tasks, task_routes, results, memo)
+    trials = Trials(tasks, task_routes, results, memo)
+    warn_cut_short(trials, "try_routes", config)
+    return trials
 
 
 def route_stats(trials: Trials) -> dict[str, dict[str, dict[str, float]]]:
-    """category → label → mean accuracy, cost and latency over the tasks that offer the route."""
+    """category → label → mean accuracy, cost and latency over the tasks that offer the route, and
+    `cut_short`: how many of those runs the rollout's limits cut short (scored as they ended)."""
     acc: dict[tuple[str, str], list[RouteResult]] = {}
     for t in trials.tasks:
         for label, res in trials.results[t.id].items():
@@ -105,5 +153,6 @@ def route_stats(trials: Trials) -> dict[str, dict[str, dict[str, float]]]:
     for (cat, label), rs in sorted(acc.items()):
         out.setdefault(cat, {})[label] = {"n": len(rs), "accuracy": float(np.mean([r.outcome for r in rs])),
                                           "cost_usd": float(np.mean([r.cost_usd for r in rs])),
-                                          "latency_s": float(np.mean([r.latency_s for r in rs]))}
+                                          "latency_s": float(np.mean([r.latency_s for r in rs])),
+                                          "cut_short": sum(r.cut_short for r in rs)}
     return out

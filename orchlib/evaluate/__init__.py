@@ -8,12 +8,12 @@ money (USD) and time (s). `run` runs them (`evaluate`), `metrics` counts, `repor
 
 from orchlib.baselines import BASELINES, EVAL_ROLLOUT, make_baselines, try_routes
 from orchlib.evaluate.metrics import TrajectoryFigures, compute_metrics, summarize
-from orchlib.evaluate.pareto import Undefined, aiq, apgr, frontier, pgr
+from orchlib.evaluate.pareto import Undefined, UndefinedMetricError, aiq, apgr, frontier, pgr
 from orchlib.evaluate.profiles import preference_adherence
 from orchlib.evaluate.report import EvalReport, compare, format_table, reward_across
 from orchlib.evaluate.run import evaluate
 from orchlib.tasks import under_profiles
 
 __all__ = ["EVAL_ROLLOUT", "EvalReport", "TrajectoryFigures", "evaluate", "summarize", "compute_metrics", "compare",
-           "reward_across", "preference_adherence", "frontier", "pgr", "apgr", "aiq", "Undefined", "format_table",
-           "BASELINES", "make_baselines", "try_routes", "under_profiles"]
+           "reward_across", "preference_adherence", "frontier", "pgr", "apgr", "aiq", "Undefined",
+           "UndefinedMetricError", "format_table", "BASELINES", "make_baselines", "try_routes", "under_profiles"]

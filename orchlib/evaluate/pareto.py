@@ -1,13 +1,15 @@
 """Cost–accuracy summaries from the routing literature: the Pareto `frontier`, `pgr` and `apgr` (RouteLLM),
-`aiq` (RouterBench); a metric with no value here (no gap to recover) is `Undefined`, a NaN that says why."""
+`aiq` (RouterBench); a metric with no value here (no gap to recover) is `Undefined`, which says why and
+refuses to be used as a number."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["frontier", "Undefined", "pgr", "apgr", "aiq"]
+__all__ = ["frontier", "Undefined", "UndefinedMetricError", "pgr", "apgr", "aiq"]
 
 
 def _pairs(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]]) -> list[tuple[Any, float, float]]:
@@ -27,21 +29,55 @@ def frontier(points: Mapping[Any, Sequence[float]] | Sequence[Sequence[float]]) 
     return [k for _, _, k in sorted(keep, key=lambda x: (x[0], x[1]))]
 
 
-class Undefined(float):
-    """A metric that has no value here: NaN (so sums, tables and plots treat it as missing) that says
-    why in `reason` and in its repr."""
+_SPEC = re.compile(r"(?P<align>.?[<>^])?[-+ ]?z?#?0?(?P<width>\d*)")  # a format spec's alignment and width
 
-    reason: str
 
-    def __new__(cls, reason: str) -> Undefined:
-        value = super().__new__(cls, "nan")
-        value.reason = reason
-        return value
+class UndefinedMetricError(TypeError):
+    """A number was asked of an `Undefined` metric (compared, converted, computed with)."""
+
+
+class Undefined:
+    """A metric that has no value here (PGR with no gap between the weak and the strong reference),
+    with `reason` saying why. It is not a number: comparing it (`<`, `>`, `==` with a number),
+    converting it (`float`, `int`, `bool`) or computing with it (`a - b`, `abs`) raises
+    UndefinedMetricError, so a check such as `abs(a - b) > tol` cannot pass on it silently (a NaN
+    would: every comparison with NaN is False). Test for it with `isinstance(value, Undefined)`.
+    Formatting it (`f"{value:.3f}"`, a table cell) gives "undefined"; its repr says why."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
 
     def __repr__(self) -> str:
         return f"undefined here, because {self.reason}"
 
     __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        """ "undefined", at the width and alignment the spec asks of a number (right-aligned by default)."""
+        m = _SPEC.match(spec)
+        return format("undefined", f"{m['align'] or '>'}{m['width']}")
+
+    def _refuse(self, *_: Any) -> Any:
+        raise UndefinedMetricError(f"not a number: {self!r}; test isinstance(value, Undefined) before comparing "
+                                   "or computing with a metric")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Undefined):
+            return self.reason == other.reason
+        return self._refuse()
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.reason)
+
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __float__ = __int__ = __index__ = __bool__ = __round__ = __abs__ = __neg__ = __pos__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = _refuse
 
 
 def _no_gap(acc_weak: float, acc_strong: float) -> Undefined | None:
@@ -51,23 +87,24 @@ def _no_gap(acc_weak: float, acc_strong: float) -> Undefined | None:
                      "there is no gap to recover (the cheapest model is also the best)")
 
 
-def pgr(acc: float, acc_weak: float, acc_strong: float) -> float:
+def pgr(acc: float, acc_weak: float, acc_strong: float) -> float | Undefined:
     """Performance gap recovered (RouteLLM): (acc − weak) / (strong − weak); 0 = weak, 1 = strong.
-    `Undefined` (a NaN that says why) when the strong reference is no more accurate than the weak."""
+    `Undefined` (which says why, and is not a number) when the strong reference is no more accurate
+    than the weak."""
     undefined = _no_gap(acc_weak, acc_strong)
     if undefined is not None:
         return undefined
     return (acc - acc_weak) / (acc_strong - acc_weak)
 
 
-def apgr(points: Sequence[Sequence[float]], acc_weak: float, acc_strong: float) -> float:
+def apgr(points: Sequence[Sequence[float]], acc_weak: float, acc_strong: float) -> float | Undefined:
     """Average performance gap recovered (RouteLLM, arXiv 2406.18665 §4; `routellm/evals/evaluate.py`).
 
     `points` are a router's operating points (share of calls to the strong model in [0, 1], accuracy),
     e.g. one per cost threshold or per preference P. With x sorted, APGR = (AUC − AUC_weak) /
     (AUC_strong − AUC_weak), each AUC the trapezoid area over the points' x range — the mean PGR over
     that range. Over points from 0 % to 100 % strong calls this is RouteLLM's ∫₀¹ PGR d(strong share).
-    A single operating point gives its PGR. `Undefined` (a NaN that says why, never ±inf) when the
+    A single operating point gives its PGR. `Undefined` (which says why; never ±inf or NaN) when the
     strong reference is no more accurate than the weak."""
     pts = sorted((float(x), float(y)) for x, y in points)
     if not pts:

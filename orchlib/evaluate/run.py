@@ -7,7 +7,6 @@ import contextlib
 import os
 import tempfile
 import warnings
-from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -77,7 +76,7 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
     kept: list[Trajectory | TrajectoryFigures] = []
     rewards: list[float] | None = [] if reward is not None else None
     paused = collector_paused if batch_size is not None else contextlib.nullcontext
-    cut_short: Counter[str] = Counter()
+    cut_short: dict[str, list[str]] = {"token_budget": [], "length": []}  # reason → task ids, one per episode
     with _JsonlSink(trajectories_to) as sink:
         for start in range(0, len(tasks), step):
             batch = tasks[start:start + step]
@@ -85,7 +84,8 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
                 trajectories = rollout(batch, toolbox, policy, config, group_size=group_size, seed=seed)
                 if rewards is not None:
                     rewards += _group_rewards(trajectories, batch, group_size, reward)
-                cut_short.update(_cut_before_any_call(trajectories))
+                for reason, task_id in _cut_before_any_call(trajectories):
+                    cut_short[reason].append(task_id)
                 if sink is None:
                     kept += trajectories
                 else:
@@ -111,23 +111,32 @@ def _group_rewards(trajectories: Sequence[Trajectory], tasks: Sequence[Task], gr
     return out
 
 
-def _cut_before_any_call(trajectories: Sequence[Trajectory]) -> Counter[str]:
-    """Episodes that ended on a limit (the token budget, or max_new_tokens mid-turn) without one tool call."""
-    return Counter(t.finish_reason for t in trajectories
-                   if t.finish_reason in ("token_budget", "length") and not any(t.calls.values()))
+def _cut_before_any_call(trajectories: Sequence[Trajectory]) -> list[tuple[str, str]]:
+    """(reason, task id) of each episode that ended on a limit (the token budget, or max_new_tokens
+    mid-turn) without one tool call."""
+    return [(t.finish_reason, t.task_id) for t in trajectories
+            if t.finish_reason in ("token_budget", "length") and not any(t.calls.values())]
 
 
-def _warn_cut_short(counts: Counter[str], total: int, label: str, config: RolloutConfig) -> None:
-    """Say so when episodes were scored 0 at $0 because the rollout's limits left no room to call a tool."""
-    if counts["token_budget"]:
-        warnings.warn(f"{label}: {counts['token_budget']} of {total} episodes ended on the token budget before any "
-                      f"tool call (scored 0 at $0): the prompt leaves no room within max_total_tokens="
-                      f"{config.max_total_tokens}; raise it, or shorten the prompt (fewer or shorter tool "
-                      "schemas)", stacklevel=3)
-    if counts["length"]:
-        warnings.warn(f"{label}: {counts['length']} of {total} episodes were cut at max_new_tokens="
-                      f"{config.max_new_tokens} before any tool call (scored 0 at $0): a call with several "
-                      "arguments may need more tokens than that", stacklevel=3)
+def _tasks_named(task_ids: list[str]) -> str:
+    """The tasks of some episodes, each once, at most ten shown."""
+    ids = list(dict.fromkeys(task_ids))
+    return ", ".join(ids[:10]) + (f", … and {len(ids) - 10} more" if len(ids) > 10 else "")
+
+
+def _warn_cut_short(cut: dict[str, list[str]], total: int, label: str, config: RolloutConfig) -> None:
+    """Say so, naming the tasks, when episodes were scored 0 at $0 because the rollout's limits left no
+    room to call a tool."""
+    if cut["token_budget"]:
+        warnings.warn(f"{label}: {len(cut['token_budget'])} of {total} episodes ended on the token budget before "
+                      f"any tool call (scored 0 at $0; tasks: {_tasks_named(cut['token_budget'])}): the prompt "
+                      f"leaves no room within max_total_tokens={config.max_total_tokens}; raise it, or shorten the "
+                      "prompt (fewer or shorter tool schemas)", stacklevel=3)
+    if cut["length"]:
+        warnings.warn(f"{label}: {len(cut['length'])} of {total} episodes were cut at max_new_tokens="
+                      f"{config.max_new_tokens} before any tool call (scored 0 at $0; tasks: "
+                      f"{_tasks_named(cut['length'])}): a call with several arguments may need more tokens than "
+                      "that", stacklevel=3)
 
 
 class _JsonlSink:
