@@ -43,7 +43,7 @@ BEFORE = {
         "_env = _s(seed=0).environment(_R('outcome'), tool_schema='compact')\n"
         "group, task = _roll(_env, _E(*_b('tiny')), group_size=4, tasks=_env.test[:1]), _env.test[0]",
     # the task file the prose names (what tasks.md's `suite.save("tasks")` writes)
-    ("describe.md", '"tasks/train.jsonl"'): "suite.save('tasks')",
+    ("describe.md", '"tasks/train.jsonl"'): "from orchlib import make_suite as _s\n_s(0).save('tasks')",
     # "the quickstart's checkpoint": a saved tiny policy stands in for it
     ("evaluating.md", 'load_policy("runs/toy/policy")'):
         "from orchlib import build_default_policy as _b\n_m, _t = _b('tiny')\n"
@@ -103,6 +103,11 @@ def blocks(page: Path) -> list[Block]:
 def fence_problems(page: Path) -> list[str]:
     """'page:line: why' for each Python block whose fence the runner would not read as meant."""
     bad = []
+    starts = {b.line for b in blocks(page)}
+    text = page.read_text(encoding="utf-8")
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```py") and i not in starts:  # CommonMark: no backtick in a fence's info string
+            bad.append(f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page}:{i}: fence not read as one")
     for b in blocks(page):
         if b.lang in ("py", "python3", "pycon", "ipython"):
             bad.append(f"{b}: fence `{b.lang}`: write `python` (or `python no-run: why`)")
@@ -191,7 +196,9 @@ def test_the_runner_runs_blocks_in_order_writes_named_files_and_skips_only_what_
     page.write_text("```python\nraise ValueError('snippet broke')\n```\n", encoding="utf-8")
     with pytest.raises(ValueError, match="snippet broke"):
         run_page(page, folder)
-    page.write_text("```py\nx = 1\n```\n```python skip\nx = 1\n```\n```python no-run:\nx = 1\n```\n", encoding="utf-8")
-    assert fence_problems(page) == [f"{page}:1: fence `py`: write `python` (or `python no-run: why`)",
+    page.write_text("```py\nx = 1\n```\n```python skip\nx = 1\n```\n```python no-run:\nx = 1\n```\n"
+                    "```python no-run: needs `a server`\nx = 1\n```\n", encoding="utf-8")
+    assert fence_problems(page) == [f"{page}:10: fence not read as one",
+                                    f"{page}:1: fence `py`: write `python` (or `python no-run: why`)",
                                     f"{page}:4: fence info 'skip': only `no-run: <why>` is understood",
                                     f"{page}:7: fence info 'no-run:': only `no-run: <why>` is understood"]
