@@ -66,11 +66,11 @@ class RolloutConfig(BaseModel):
         "weights", description="how P is rendered: its weights (`Preference (thrifty): accuracy=1, cost=1, ...`), "
                                "or its profile's name alone (`Preference (thrifty):`), for a policy that learns "
                                "named profiles; the demo's tiny policy copies digits, and P's digits between the "
-                               "question and its call drew that copying off (docs/notes/)")
+                               "question and its call drew that copying off")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "
-                              "a given prefix. The tiny policy's measurements: docs/notes/")
+                              "a given prefix (which a policy reads best depends on the policy: measure it)")
     policy_price_in: float = Field(0.2, ge=0, le=MAX_PRICE, description="USD per M input ids; Qwen3-8B in the "
                                                                         "ToolOrchestra release")
     policy_price_out: float = Field(0.2, ge=0, le=MAX_PRICE, description="USD per M sampled ids; Qwen3-8B, same source")

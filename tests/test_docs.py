@@ -134,3 +134,43 @@ def test_link_check_catches_a_broken_link(tmp_path):
                     "[gone](nowhere.md) and ![img](missing.png) and [bad](there.md#nope)\n", encoding="utf-8")
     assert broken_links(page) == [f"{page}:5: nowhere.md (no such file)", f"{page}:5: missing.png (no such file)",
                                   f"{page}:5: there.md#nope (no heading #nope)"]
+
+
+# ------------------------------------------------------------------------------------- results and notes
+NOTES = sorted((DOCS / "notes").glob("*.md"))
+RESULTS = DOCS / "results.md"
+GUIDE = [p for p in PAGES if p != RESULTS and p.parent != DOCS / "notes"]  # docs/*.md and the README
+_DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def _targets(page: Path) -> set[Path]:
+    """The files a page's relative links point to."""
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    return {(page.parent / t.partition("#")[0]).resolve() for line in text.splitlines()
+            for t in _LINK.findall(_CODE.sub("", line)) if not re.match(r"[a-z][a-z0-9+.-]*:", t, re.I)}
+
+
+def test_every_dated_note_is_linked_from_the_results_page():
+    assert NOTES, "docs/notes/ holds the dated records"
+    assert [n.name for n in NOTES if n.resolve() not in _targets(RESULTS)] == []
+
+
+@pytest.mark.parametrize("page", GUIDE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_guide_pages_link_results_not_notes_and_carry_no_dates(page):
+    """A guide page says how to use the library; what was measured, and when, is on docs/results.md."""
+    notes = sorted(str(t.relative_to(DOCS)) for t in _targets(page) if t.parent == (DOCS / "notes").resolve())
+    assert notes == [], f"{page.name} links dated notes: link docs/results.md instead"
+    prose = _FENCE.sub("", page.read_text(encoding="utf-8"))  # a date inside an example file is the file's
+    assert _DATE.findall(prose) == [], f"{page.name} carries dated results: move them to docs/results.md"
+
+
+def test_no_code_cites_a_note():
+    """Code states its reasons; it does not send a reader to a lab notebook."""
+    cited = [f"{p.relative_to(ROOT)}:{i}" for folder in ("orchlib", "benchmarks", "examples")
+             for p in sorted((ROOT / folder).rglob("*")) if p.suffix in (".py", ".yaml", ".yml", ".md")
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "docs/notes" in line]
+    assert cited == []
+
+
+def test_the_index_links_the_results_page():
+    assert RESULTS.resolve() in _targets(DOCS / "index.md") and RESULTS.resolve() in _targets(ROOT / "README.md")

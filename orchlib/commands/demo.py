@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help=f"output folder (default {d.out})")
     p.add_argument("--reading-drills", action="store_true",
                    help="add preference-reading drills to phase 2 of the warm start (and lengthen it): "
-                        "measured in docs/notes/; about 60 s more")
+                        "off by default until they help on every seed; about 60 s more")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=run)
 

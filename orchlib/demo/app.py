@@ -12,7 +12,7 @@ rewards/toolorchestra.yaml on train tasks, drawn evenly from both categories and
 expectation over the tools a group tried, `choice_gradient`), learns on GSM8K how the two profiles'
 advantages differ (`preference_contrast`, `contrast_categories`), holds every other id, and the mass
 that leaves the tried tools at the name, to the warm start with the KL term, and lets its lr fall to 0
-(see docs/notes/) → evaluate before and after training, and the baselines → table, metrics.json,
+→ evaluate before and after training, and the baselines → table, metrics.json,
 trajectories.jsonl and a self-contained report.html.
 
 The demo's slice of orchestra-mini: arithmetic (calculator or generalist) and GSM8K with real
@@ -158,7 +158,7 @@ def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None
     under a profile drawn at random and offering READING_PAIR only, then the call P names.
 
     A ~1 M-parameter policy otherwise reads P where it chooses only after ~150-250 steps of direct
-    supervision, and then abruptly (docs/notes/): more than RL gives it in a demo, so RL moved both
+    supervision, and then abruptly: more than RL gives it in a demo, so RL moved both
     profiles' tool shares as one block. After the drills, direct supervision on the demo's own tools
     separates the profiles within ~30 steps. Which demo tool each P calls for is still untaught: the
     warm start's `choice_gap` on the demo's tools stays near 0, and RL has to learn it.

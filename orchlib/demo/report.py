@@ -41,7 +41,7 @@ def controllability(trajs, tool: str = EXPENSIVE) -> float:
 
 def controllability_by_category(trajs, tool: str = EXPENSIVE) -> dict[str, float]:
     """`controllability` per task category. The gap can sit in one category alone (with the reading
-    drills it sat on arithmetic, docs/notes/), which the overall number hides."""
+    drills it sat on arithmetic), which the overall number hides."""
     return run_controllability_by_category(trajs, tool)
 
 
