@@ -138,6 +138,16 @@ def test_a_call_that_writes_then_fails_leaves_nothing_behind():
     assert _call("bump", env, by=5).content == "5" and env == {"n": 5}
 
 
+def test_writes_run_at_once_each_keep_their_change():
+    # call_many runs a turn's calls concurrently (the rollout's stateful_calls="concurrent"): each write
+    # copies the state, so without one writer at a time the second commit would undo the first
+    env = DOMAIN.make_env(TASK)
+    calls = [ToolCall(name="bump", arguments={"by": by}) for by in (2, 3, 4)]
+    obs = DOMAIN.toolbox.call_many_sync(calls, ToolContext(env=env))
+    assert [o.error for o in obs] == [None] * 3 and env == {"n": 9}
+    assert sorted(int(o.content) for o in obs) == [2, 5, 9]
+
+
 class Counter(Database):
     n: int = 0
     log: list[str] = []

@@ -50,6 +50,8 @@ initial state), so k trials of a task, under any ids, replay its golden calls on
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy as copying
 import dataclasses
 import hashlib
@@ -58,7 +60,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -347,11 +349,32 @@ class _DomainTool(FunctionTool):
         live = context.env
         if not (self.writes and self.stateful) or isinstance(live, (str, bytes, int, float, tuple, type(None))):
             return await super()._run(arguments, context)  # nothing it could change in place
-        private = copying.deepcopy(live)
-        obs = await super()._run(arguments, dataclasses.replace(_bare(context), env=private))
-        if obs.error is None:
-            _commit(live, private)
+        async with _one_writer(live):  # two writes copying the same state: one's commit would undo the other's
+            private = copying.deepcopy(live)
+            obs = await super()._run(arguments, dataclasses.replace(_bare(context), env=private))
+            if obs.error is None:
+                _commit(live, private)
         return obs
+
+
+# (state, event loop) → [the lock its writes take, how many hold or wait for it]; an entry lives while used
+_writers: dict[tuple[int, int], list[Any]] = {}
+
+
+@contextlib.asynccontextmanager
+async def _one_writer(state: Any) -> AsyncIterator[None]:
+    """One write at a time on `state` (calls run one after another already, unless the rollout's
+    `stateful_calls="concurrent"` runs them at once)."""
+    key = (id(state), id(asyncio.get_running_loop()))
+    entry = _writers.setdefault(key, [asyncio.Lock(), 0])
+    entry[1] += 1
+    try:
+        async with entry[0]:
+            yield
+    finally:
+        entry[1] -= 1
+        if not entry[1]:
+            del _writers[key]
 
 
 def _bare(context: ToolContext) -> ToolContext:
