@@ -266,9 +266,14 @@ def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: Rollo
     follows = getattr(engine, "start_rollout", None)  # an engine that writes per task (ScriptedEngine): the
     if follows is not None:                            # first call's prompts are these episodes, in order
         follows([(e.task.id, e.traj.group_index) for e in episodes])
+    # and before every call, which of those episodes its prompts are (two episodes whose conversations are
+    # the same so far cannot be told apart by their ids)
+    following = getattr(engine, "follow_rollout", None)
     params = dict(temperature=config.temperature, top_p=config.top_p)
     first = True
     while active := [e for e in episodes if not e.done]:
+        if following is not None:
+            following([i for i, e in enumerate(episodes) if not e.done])
         budget = [config.max_total_tokens - len(e.traj.ids) for e in active]
         max_new = max(1, min(config.max_new_tokens, max(budget)))
         result = engine.generate([e.traj.ids for e in active],
@@ -572,6 +577,13 @@ def _finish(ep: _Episode, reason: str) -> None:
     # The observation a `final` tool answered with (its recorded grade, for the `recorded` checker).
     final = (next((o for o in t.turns[-1].observations if o.final and not o.error), None)
              if reason == "final_tool" else None)
-    t.set_fields(outcome=ep.task.score(t.final_answer, ep.env, final, t) if t.final_answer is not None else 0.0)
+    try:
+        outcome = ep.task.score(t.final_answer, ep.env, final, t) if t.final_answer is not None else 0.0
+    except Exception as e:  # a checker that raised (a state it cannot hash, a judge down): this episode's error,
+        # counted and said on the trajectory (meta["checker_error"]); the other episodes are scored as usual
+        outcome = 0.0
+        t.meta["checker_error"] = f"{type(e).__name__}: {e}"[:500]
+        t.set_fields(errors=dict(sorted({**t.errors, "checker_failure": 1}.items())))
+    t.set_fields(outcome=outcome)
     if not ep.keep_env:  # scored: nothing reads this episode's state again
         ep.env = None

@@ -2,13 +2,16 @@
 
 `json.loads` accepts what later steps cannot: nesting near Python's recursion limit (pydantic, `json.dumps`
 and the JSONL writers recurse on it), integers past `sys.get_int_max_str_digits()` (a ValueError, not a
-JSONDecodeError), and lone surrogate escapes such as "\\ud800" (no UTF-8 encoding, so writing the
-trajectory fails much later). `loads` turns each into a `JSONInputError` at read time.
+JSONDecodeError), lone surrogate escapes such as "\\ud800" (no UTF-8 encoding, so writing the
+trajectory fails much later), and `NaN`, `Infinity` and `-Infinity` (not JSON at all, RFC 8259: a state
+holding one has no canonical JSON, so its hash, and the checker, fail at the episode's end). `loads`
+turns each into a `JSONInputError` at read time.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 __all__ = ["MAX_DEPTH", "JSONInputError", "loads", "problem"]
@@ -52,6 +55,8 @@ def problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"{json.dumps(item)} is not a JSON number (a number must be finite)"
         elif isinstance(item, str):
             try:
                 item.encode("utf-8")

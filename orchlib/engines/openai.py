@@ -42,6 +42,7 @@ from typing import Any, AsyncIterator, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchlib import safejson
 from orchlib.cards import Price, ToolCard, load_card
 from orchlib.chat import (TOOL_RESPONSE, TOOL_RESPONSE_END, TOOLS_HEADER, ToolCallParseError, parse_tool_calls,
                           render_assistant)
@@ -348,6 +349,9 @@ def _native_call(tc: Any) -> PolicyCall:
     if not isinstance(args, dict):
         return PolicyCall(None, f"malformed tool call: arguments of {name!r} must be a JSON object, "
                                 f"got {type(args).__name__}", call_id)
+    why = safejson.problem(args)  # NaN, a lone surrogate, absurd nesting: nothing a tool may be given
+    if why:
+        return PolicyCall(None, f"malformed tool call: arguments of {name!r}: {why}", call_id)
     return PolicyCall(ToolCall(name=name, arguments=args), None, call_id)
 
 

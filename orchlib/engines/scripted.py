@@ -8,15 +8,18 @@ Its ids are the tokenizer's encoding of that text plus the stop id, so everythin
 masks, observation and user segments, accounting) runs exactly as with a real model. Log-probs are a
 constant placeholder: these ids were not sampled.
 
-Scripts are keyed by task id. `orchlib.rollout` tells the engine which task and group index each
-new episode is (`start_rollout`), so tasks whose prompts are the same words (recorded conversations
-that open alike) each get their own script; an engine used outside a rollout finds a new episode's
-task by its opening words, which then must tell the tasks apart.
+Scripts are keyed by task id and episode. `orchlib.rollout` tells the engine which task and group
+index each episode is (`start_rollout`) and, before every generate call, which of those episodes the
+call's prompts are (`follow_rollout`), so each episode replays its own turns whatever it shares with
+another: tasks whose prompts are the same words (recorded conversations that open alike), and two
+episodes whose conversations are the same so far (the same opening, the same first reply) alike.
 
-The engine follows each episode by its ids (a prompt that extends a sequence it wrote is that
-episode's next turn), so it never decodes a whole conversation per turn: a new episode's prompt is
-decoded at most once (to find its task by its words, or for a function script), and a function
-script reads text decoded piece by piece. A script
+An engine used outside a rollout finds a new episode's task by its opening words, which then must tell
+the tasks apart, and follows each episode by its ids (a prompt that extends a sequence it wrote is that
+episode's next turn; of two episodes that wrote the same sequence, it cannot tell which). Either way it
+never decodes a whole conversation per turn: a new episode's prompt is decoded at most once (to find
+its task by its words, or for a function script), and a function script reads text decoded piece by
+piece. A script
 that runs out raises `ScriptExhausted` (`on_end="repeat"` repeats its last turn instead, as a policy
 stuck in a loop would).
 """
@@ -48,6 +51,7 @@ class _Episode:
     text: str = ""  # the conversation so far, for function scripts (built from the pieces)
     unread: tuple[int, ...] = ()  # the ids it wrote last, decoded into `text` only if it goes on (most
     # replayed episodes end at their one call, and their text would be copied for nothing)
+    seen: int = 0  # ids of the conversation so far that `text` covers, with `unread`
 
 
 class ScriptedEngine:
@@ -81,6 +85,11 @@ class ScriptedEngine:
         # written: the sequence is kept in its two pieces, so filing it copies no prompt
         self._live: dict[int, dict[tuple[int, ...], list[tuple[tuple[int, ...], tuple[int, ...], _Episode]]]] = {}
         self._started: dict[str, int] = {}
+        # a rollout's episodes ((task id, group index), in its order), the episode at each position, and the
+        # positions of the next generate call's prompts (`follow_rollout`)
+        self._rollout: list[tuple[str, int]] | None = None
+        self._at: dict[int, _Episode] = {}
+        self._positions: list[int] | None = None
 
     @classmethod
     def from_trajectories(cls, tokenizer, trajectories: Sequence[Any], **kw: Any) -> ScriptedEngine:
@@ -111,6 +120,15 @@ class ScriptedEngine:
         """Called by `orchlib.rollout` before its first generate call: the (task id, group index) of each
         episode it starts, in the order of that call's prompts."""
         self._coming = [(str(task_id), int(g)) for task_id, g in episodes]
+        self._rollout, self._at, self._positions = list(self._coming), {}, None
+        self._live.clear()
+        self._started.clear()
+
+    def follow_rollout(self, positions: Sequence[int]) -> None:
+        """Called by `orchlib.rollout` before each generate call: which episodes of those given to
+        `start_rollout` the call's prompts are (their positions in that list), in order. Episodes are
+        then followed by who they are, not by what they wrote."""
+        self._positions = [int(i) for i in positions]
 
     # ------------------------------------------------------------------ following episodes by their ids
     def _find(self, prompt: Sequence[int]) -> tuple[_Episode, int] | None:
@@ -180,6 +198,9 @@ class ScriptedEngine:
                  stop_ids: Sequence[int] = ()) -> GenerateResult:
         t0 = time.perf_counter()
         self.calls.append(len(prompts))
+        positions, self._positions = self._positions, None
+        if positions is not None and self._rollout is not None and len(positions) == len(prompts):
+            return self._follow(prompts, positions, params, t0)
         found = [self._find(p) for p in prompts]
         coming: list[tuple[str, int]] | list[None] = [None] * len(prompts)
         if all(f is None for f in found):  # a new rollout: forget the last one's episodes
@@ -200,17 +221,39 @@ class ScriptedEngine:
                     ep.text += (self.tokenizer.decode(list(ep.unread), skip_special_tokens=False)
                                 + self.tokenizer.decode(list(p[length:]), skip_special_tokens=False))
                     ep.unread = ()
-            ids = list(self.tokenizer.encode(self._next_text(ep), add_special_tokens=False)) + [self._eos]
-            finish = "stop"
-            if len(ids) > params.max_new_tokens:
-                ids, finish = ids[:params.max_new_tokens], "length"
-            ep.turn += 1
-            if callable(ep.script):
-                ep.unread = tuple(ids)
-            wrote = tuple(ids)
+            gen = self._write(ep, len(p), params)
+            wrote = tuple(gen.ids)
             tail = (p[-_TAIL:] + wrote)[-_TAIL:]
             self._live.setdefault(len(p) + len(wrote), {}).setdefault(tail, []).append((p, wrote, ep))
-            outs.append(Generation(ids, [self.logprob] * len(ids), finish))  # type: ignore[arg-type]
+            outs.append(gen)
         for length in [n for n, d in self._live.items() if not any(d.values())]:
             del self._live[length]
         return GenerateResult(outs, time.perf_counter() - t0, prompt_tokens=sum(map(len, prompts)))
+
+    def _follow(self, prompts: Sequence[Sequence[int]], positions: list[int], params: SamplingParams,
+                t0: float) -> GenerateResult:
+        """A rollout's call whose prompts are the episodes at `positions`: each writes its own next turn."""
+        assert self._rollout is not None
+        outs = []
+        for p, i in zip(prompts, positions):
+            ep = self._at.get(i)
+            if ep is None:
+                ep = self._at[i] = self._new(p if type(p) is tuple else tuple(p), self._rollout[i])
+            elif callable(ep.script):  # only the new pieces are decoded
+                ep.text += (self.tokenizer.decode(list(ep.unread), skip_special_tokens=False)
+                            + self.tokenizer.decode(list(p[ep.seen:]), skip_special_tokens=False))
+                ep.unread = ()
+            outs.append(self._write(ep, len(p), params))
+        return GenerateResult(outs, time.perf_counter() - t0, prompt_tokens=sum(map(len, prompts)))
+
+    def _write(self, ep: _Episode, prompt_len: int, params: SamplingParams) -> Generation:
+        """The episode's next turn as ids (its text's encoding, then the stop id), cut at max_new_tokens."""
+        ids = list(self.tokenizer.encode(self._next_text(ep), add_special_tokens=False)) + [self._eos]
+        finish = "stop"
+        if len(ids) > params.max_new_tokens:
+            ids, finish = ids[:params.max_new_tokens], "length"
+        ep.turn += 1
+        if callable(ep.script):
+            ep.unread = tuple(ids)
+        ep.seen = prompt_len + len(ids)
+        return Generation(ids, [self.logprob] * len(ids), finish)  # type: ignore[arg-type]

@@ -1,9 +1,12 @@
 """`function` tools: a Python callable named by import path (`backend: {callable: pkg.module:fn}`) or
 given as an object (`FunctionTool(card, fn=f)`, `bind(card, f)`).
 
-Async functions are awaited; sync ones run in a thread pool so a slow function does not block the
-other calls of a turn. A running thread cannot be stopped: after a timeout its result is dropped but
-the thread runs to its end. A function may return an Observation (e.g. `final=True`, which ends the
+Async functions are awaited; sync ones run in threads of their own (up to `MAX_THREADS` at once) so a
+slow function does not block the other calls of a turn. A running thread cannot be stopped: after a
+timeout its result is dropped, and its thread is given up — it runs to its end (or forever) without
+holding a place among the `MAX_THREADS`, as a daemon thread that does not keep the process alive.
+More than `MAX_RUNAWAY` calls given up and still running: a new call fails at once, saying so, rather
+than waiting. A function may return an Observation (e.g. `final=True`, which ends the
 episode); any other result is shown as text. One parameter may receive `context.env` (the episode's stateful
 environment) and is not part of the schema: the one named by `backend.state`, else the one annotated
 `State` (`db: State`, or `Annotated[DB, STATE]`), else one named `env`.
@@ -20,6 +23,7 @@ import functools
 import importlib
 import inspect
 import json
+import queue
 import threading
 from typing import Any, Callable
 
@@ -34,16 +38,103 @@ __all__ = ["FunctionSettings", "FunctionTool", "import_callable", "bind", "State
 # Tool functions mostly wait (I/O, sleeps, small computations), so more threads than cores is right;
 # asyncio's default pool (min(32, cpus + 4)) would serialise 16 concurrent calls on a 2-core laptop.
 MAX_THREADS = 32
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+# Calls that timed out and still run. Each holds a thread (and what its function holds) for good: past
+# this many, something is wrong with a tool, and a new call says so instead of adding to them.
+MAX_RUNAWAY = 64
 
 
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="orchlib-tool")
-        return _pool
+class _Job:
+    __slots__ = ("fn", "future", "given_up", "done")
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn, self.future = fn, concurrent.futures.Future()
+        self.given_up = self.done = False
+
+
+class _Workers:
+    """Daemon threads that run sync tool functions, at most `size` at once (more calls wait their turn).
+    A call its caller stopped waiting for (`give_up`: a timeout) is dropped if it has not started; if it
+    has, its thread leaves the `size` (another is started for the calls waiting) and ends when the
+    function returns. Daemon threads: one whose function never returns does not keep the process alive
+    (a ThreadPoolExecutor's threads are joined at exit, and such a process never exits)."""
+
+    def __init__(self, size: int, max_runaway: int):
+        self.size, self.max_runaway = size, max_runaway
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = self._idle = self._queued = self.runaway = 0
+
+    def submit(self, fn: Callable[[], Any]) -> _Job:
+        with self._lock:
+            if self.runaway >= self.max_runaway:
+                raise ToolError(f"{self.runaway} earlier calls of sync tool functions timed out and are still "
+                                f"running (at most {self.max_runaway}); a tool never returns: fix it, or start a "
+                                "new process")
+            job = _Job(fn)
+            self._jobs.put(job)
+            self._queued += 1
+            if self._queued > self._idle and self._threads < self.size:
+                self._threads += 1
+                threading.Thread(target=self._work, name="orchlib-tool", daemon=True).start()
+        return job
+
+    def give_up(self, job: _Job) -> None:
+        if job.future.cancel():  # not started: it never runs
+            return
+        with self._lock:
+            if not job.done and not job.given_up:
+                job.given_up = True
+                self._threads -= 1
+                self.runaway += 1
+                if self._queued > self._idle and self._threads < self.size:  # its place, to the waiting calls
+                    self._threads += 1
+                    threading.Thread(target=self._work, name="orchlib-tool", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = job.fn()
+            except BaseException as e:  # the caller's to see, whatever it is
+                job.future.set_exception(e)
+            else:
+                job.future.set_result(result)
+            with self._lock:
+                job.done = True
+                if job.given_up:  # its place went to another thread
+                    self.runaway -= 1
+                    return
+
+
+_workers: _Workers | None = None
+_workers_lock = threading.Lock()
+
+
+def workers() -> _Workers:
+    """The threads of sync tool functions, made on first use."""
+    global _workers
+    with _workers_lock:
+        if _workers is None:
+            _workers = _Workers(MAX_THREADS, MAX_RUNAWAY)
+        return _workers
+
+
+async def run_in_thread(fn: Callable[[], Any]) -> Any:
+    """`fn()` in a tool thread, awaited; a caller that stops waiting (a timeout) gives the call up."""
+    pool = workers()
+    job = pool.submit(fn)
+    try:
+        return await asyncio.wrap_future(job.future)
+    except asyncio.CancelledError:
+        pool.give_up(job)
+        raise
 
 
 class FunctionSettings(BaseModel):
@@ -122,8 +213,7 @@ class FunctionTool(Tool):
         if self._is_async:
             result = await self.fn(**kwargs)
         else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(_executor(), functools.partial(self.fn, **kwargs))
+            result = await run_in_thread(functools.partial(self.fn, **kwargs))
         # An Observation is passed on as the function made it: `final=True` ends the episode.
         return result if isinstance(result, Observation) else Observation(content=to_text(result))
 
