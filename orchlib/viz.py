@@ -7,6 +7,7 @@ widgets (`orchlib.widgets`) show these same figures.
     tool_distribution({"random": rep.trajectories, ...})  # stacked bars, as in ToolOrchestra Fig. 3/5
     tool_distribution(trajs, by="profile")                # one bar per preference profile
     tool_mix_over_steps(trainer.history)                  # the call mix as training goes
+    backend_share_figure({"before RL": {"accuracy": {"gpt": 0.5, ...}, ...}, "after RL": ...})  # grouped bars
     reward_curves(trainer.history)                        # reward and each term's contribution
     push_and_share(trainer.history, "generalist")         # per profile: where updates push, what is chosen
     cost_accuracy({"oracle": report, ...})                # mean cost vs accuracy, Pareto frontier
@@ -38,7 +39,8 @@ from orchlib.reward.reward import Explanation
 from orchlib.trajectory import Trajectory
 
 __all__ = ["tool_colors", "tool_distribution", "tool_mix_over_steps", "reward_curves", "push_and_share",
-           "cost_accuracy", "timeline", "explain_figure", "sweep_figure", "ledger_figure"]
+           "cost_accuracy", "timeline", "explain_figure", "sweep_figure", "ledger_figure",
+           "backend_share_figure"]
 
 _PALETTE = qualitative.Plotly + qualitative.D3
 _ERROR_COLOR = "#d62728"
@@ -137,6 +139,30 @@ def _mix_value(count: int, n_trajectories: int, n_calls: int, value: str) -> flo
     if value == "mean":
         return count / n_trajectories if n_trajectories else 0.0
     return float(count)
+
+
+def backend_share_figure(shares: Mapping[str, Mapping[str, Mapping[str, float]]],
+                         colors: Mapping[str, str] | None = None, title: str | None = None) -> go.Figure:
+    """Share of calls per backend, as grouped bars: `shares[stage][profile][backend]` (e.g. stages
+    "before RL" and "after RL", profiles "accuracy" and "thrifty"), one group of bars per (profile,
+    stage) on a two-level x axis, one bar colour per backend. Backends come in the order they first
+    appear; a backend missing from a (profile, stage) that has shares is 0 there, and a profile missing
+    under a stage is a gap, not a 0."""
+    stages = list(shares)
+    profiles = list(dict.fromkeys(p for per in shares.values() for p in per))
+    backends = list(dict.fromkeys(b for per in shares.values() for mix in per.values() for b in mix))
+    colors = dict(colors or tool_colors(backends))
+    x = [[p for p in profiles for _ in stages], [s for _ in profiles for s in stages]]
+    fig = go.Figure()
+    for backend in backends:
+        ys = [float(shares[s][p].get(backend, 0.0)) if p in shares[s] else None for p in profiles for s in stages]
+        # the name is read from the trace (fullData), not written into the template: a name may hold "%{"
+        fig.add_trace(go.Bar(name=backend, x=x, y=ys, marker_color=colors.get(backend),
+                             hovertemplate="%{fullData.name}<br>%{x}: %{y:.1%}<extra></extra>"))
+    fig.update_layout(barmode="group", title=title or "Share of calls per backend, per profile",
+                      yaxis_title="share of calls", legend_title="backend")
+    fig.update_yaxes(tickformat=".0%", range=[0, 1])
+    return fig
 
 
 def tool_mix_over_steps(history: Any, value: Literal["share", "calls"] = "share",

@@ -13,6 +13,11 @@ audit's table with the planted mistake, the reward breakdown — and the user pa
 would: New conversation, a message typed into its text box, Send, and the message and the orchestrator's
 next reply appear in the timeline.
 
+The demo's report.html, built from hand-made runs by the demo's own `write_outputs` (no training), opened
+from disk at 1280 px: its first chart is the share of calls per backend (its bars and their heights read
+from plotly's graph div), the checks follow, the numbers are an HTML table no wider than the page, and no
+model-written name becomes markup; screenshots go to the test's temporary folder.
+
 Skipped only where /usr/bin/chromium is missing and `CI` is unset; with `CI` set it must run.
 """
 
@@ -355,6 +360,92 @@ def test_notebook_05_figures_audit_and_user_panel_in_jupyterlab(jupyterlab, tmp_
                 page.screenshot(path=str(ARTIFACTS / "browser-05-failure.png"))
             print("\n".join(console[-40:]))
             print(log.read_text()[-4000:])
+            raise
+        finally:
+            browser.close()
+
+
+# ---------------------------------------------------------------------------------------------- the demo's report
+LEARNED = """() => {
+  const divs = [...document.querySelectorAll('.js-plotly-plot')];
+  const first = divs[0];
+  return {n: divs.length, inLearned: !!first.closest('#learned'), title: first.layout.title.text,
+          traces: first.data.map(t => ({name: t.name, x: t.x, y: t.y, type: t.type})),
+          bars: first.querySelectorAll('.barlayer path').length};
+}"""
+
+LAYOUT = """() => {
+  const wrap = document.querySelector('#numbers .numbers');
+  const table = wrap.querySelector('table');
+  return {sections: [...document.querySelectorAll('body > section')].map(s => s.id || s.className),
+          checks: [...document.querySelectorAll('#checks li')].map(li => li.textContent),
+          header: [...table.querySelectorAll('th')].map(th => th.textContent),
+          rows: [...table.querySelectorAll('tbody tr')].map(tr => [...tr.cells].map(td => td.textContent)),
+          wrap: [wrap.scrollWidth, wrap.clientWidth], table: table.getBoundingClientRect().right,
+          page: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+          images: document.querySelectorAll('img').length};
+}"""
+
+
+def test_demo_report_leads_with_backend_shares_then_checks_then_a_table_that_fits(tmp_path):
+    """The demo's report.html from hand-made runs (no training), written by the demo's own `write_outputs`,
+    opened in Chromium at 1280 px: the first chart is the backend shares, drawn with their exact heights;
+    the checks follow; the numbers are a table as wide as the page at most; no model-written name runs."""
+    from demo_report_inputs import HOSTILE, ODD_POLICY, TITLE, WANT_SHARES, hand_made, mean_outcome
+    from playwright.sync_api import sync_playwright
+
+    from orchlib.demo.app import write_outputs
+    from orchlib.demo.report import table_rows
+
+    _require_browser()
+    metrics, after, baselines, history = hand_made()
+    out = tmp_path / "demo"
+    out.mkdir()
+    write_outputs(out, metrics, after, baselines, history, mean_outcome)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    dialogs: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 900})
+        try:
+            page = browser.new_page()
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto((out / "report.html").as_uri(), timeout=60_000)
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 6",
+                                   timeout=60_000)
+            learned = page.evaluate(LEARNED)
+            assert learned["n"] == 6 and learned["inLearned"] and learned["title"] == TITLE
+            stages, profiles = list(WANT_SHARES), ["accuracy", "thrifty"]
+            want_x = [[p for p in profiles for _ in stages], [s for _ in profiles for s in stages]]
+            backends = ["calculator", "generalist", "mixtral", "unknown"]
+            assert [t["name"] for t in learned["traces"]] == backends
+            for t in learned["traces"]:
+                assert t["type"] == "bar" and t["x"] == want_x
+                assert t["y"] == [WANT_SHARES[s][p].get(t["name"], 0.0) for p in profiles for s in stages]
+            assert learned["bars"] == len(backends) * len(want_x[0])  # every bar drawn in the SVG
+
+            layout = page.evaluate(LAYOUT)
+            assert layout["sections"] == ["learned", "checks", "numbers"] + ["training"] * 5
+            assert layout["checks"] == [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in metrics["checks"].items()]
+            header, rows = table_rows(metrics)
+            assert layout["header"] == header and layout["rows"] == rows  # escaped text reads back as written
+            assert ODD_POLICY in [r[0] for r in layout["rows"]]
+            wrap_scroll, wrap_client = layout["wrap"]
+            assert wrap_scroll <= wrap_client, layout  # the table needs no scrolling of its own...
+            assert layout["page"][0] <= layout["page"][1] and layout["table"] <= 1280, layout  # ...nor the page
+            assert layout["images"] == 0 and dialogs == []  # HOSTILE, a tool name, stayed text
+            assert HOSTILE not in page.content()
+
+            page.screenshot(path=str(shots / "demo-report-top.png"))
+            page.locator("#learned .js-plotly-plot").screenshot(path=str(shots / "demo-report-learned.png"))
+            _drawn(shots / "demo-report-learned.png")
+            page.locator("#numbers").screenshot(path=str(shots / "demo-report-numbers.png"))
+            _drawn(shots / "demo-report-numbers.png", min_colours=4, min_ink=0.005)
+        except Exception:
+            if "page" in locals():
+                page.screenshot(path=str(shots / "demo-report-failure.png"), full_page=True)
             raise
         finally:
             browser.close()

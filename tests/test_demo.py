@@ -4,11 +4,12 @@ agree with an independent count over the trajectories it saved."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
 from orchlib.configfile import merged
-from orchlib.demo import DemoConfig, demo_suite, run_demo
+from orchlib.demo import DEMO_TOOL_NAMES, DemoConfig, demo_suite, run_demo
 from orchlib.trajectory import read_jsonl
 
 
@@ -35,6 +36,9 @@ def test_demo_writes_report_metrics_and_trajectories(demo):
             assert {"accuracy", "cost_usd", "latency_s", "calls"} <= set(m["policies"][policy][profile])
     html = (out / "report.html").read_text()
     assert html.count("plotly-graph-div") >= 6 and "orchlib demo" in html and "Where GRPO pushes" in html
+    # what was learned first, then the checks, then the numbers (tests/test_demo_report.py checks the page)
+    assert html.index("plotly-graph-div") > html.index("<section id='learned'>")
+    assert html.index("<section id='learned'>") < html.index("<section id='checks'>") < html.index("<table>")
     assert set(m["wall_s"]) >= {"warm_start", "grpo", "eval_before", "eval_after", "baselines"}
     assert len(demo.history) == 12 and "checks:" in demo.table
     assert [h["step"] for h in m["history"]] == [h["step"] for h in demo.history]
@@ -66,6 +70,15 @@ def test_reported_numbers_match_the_saved_trajectories(demo):
         share = sum(t.calls.get("generalist", 0) for t in sub) / calls if calls else 0.0
         assert m["policies"]["orchestrator"][prof]["generalist_share"] == pytest.approx(share)
         assert m["policies"]["orchestrator"][prof]["accuracy"] == pytest.approx(sum(t.outcome for t in sub) / len(sub))
+    for prof in ("accuracy", "thrifty"):  # the report's first chart: calls per backend, counted here by name
+        counts: Counter[str] = Counter()
+        for t in (t for t in trajs if t.preference["name"] == prof):
+            for k, v in t.calls.items():
+                counts[k if k in DEMO_TOOL_NAMES else "unknown"] += v
+        total = sum(counts.values())
+        names = sorted(DEMO_TOOL_NAMES) + (["unknown"] if counts["unknown"] else [])
+        want = {k: counts[k] / total for k in names} if total else {}  # no calls at all: no shares
+        assert m["backend_share"]["after RL"][prof] == pytest.approx(want)
     gap = 100 * (m["policies"]["orchestrator"]["accuracy"]["generalist_share"]
                  - m["policies"]["orchestrator"]["thrifty"]["generalist_share"])
     assert m["controllability_points"] == pytest.approx(gap)

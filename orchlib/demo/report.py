@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
+from collections import Counter, defaultdict
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
@@ -15,10 +15,12 @@ from orchlib.train.evaluation import controllability as run_controllability
 from orchlib.train.evaluation import controllability_by_category as run_controllability_by_category
 from orchlib.train.evaluation import numbers, tool_share
 
-__all__ = ["summarize_demo", "table_text", "SHARED", "rewards_across_policies", "generalist_share",
-           "controllability", "controllability_by_category"]
+__all__ = ["summarize_demo", "table_text", "table_rows", "table_notes", "checks_line", "check_caveats", "SHARED",
+           "rewards_across_policies", "generalist_share", "controllability", "controllability_by_category",
+           "backend_of", "backend_shares", "backend_shares_by_profile", "UNKNOWN"]
 
 SHARED = 0o644  # the demo's outputs are reports to share, not private files
+UNKNOWN = "unknown"  # where calls to a name outside the known backends are counted (a malformed call names anything)
 
 
 def _by_profile(trajs) -> dict[str, list]:
@@ -31,6 +33,42 @@ def _by_profile(trajs) -> dict[str, list]:
 def generalist_share(trajs, tool: str = EXPENSIVE) -> float:
     """Share of all tool calls that went to `tool`."""
     return tool_share(trajs, tool)
+
+
+def backend_of(traj, name: str) -> str:
+    """The backend a call to tool `name` reached: what the trajectory's `configuration` (alias -> backend),
+    where it records one, maps `name` to; otherwise `name` itself. Read with getattr, so trajectories
+    without the field count by tool name."""
+    configuration = getattr(traj, "configuration", None)
+    if isinstance(configuration, Mapping):
+        backend = configuration.get(name)
+        if isinstance(backend, str) and backend:
+            return backend
+    return name
+
+
+def backend_shares(trajs, known: Collection[str] | None = None,
+                   backend: Callable[[Any, str], str] = backend_of) -> dict[str, float]:
+    """Share of all calls in `trajs` that reached each backend (`backend(traj, tool name)`), summing to 1
+    (empty when nothing was called). With `known`, every known backend is listed (0 if never reached),
+    sorted, and any other name is counted as UNKNOWN, listed last."""
+    counts: Counter[str] = Counter()
+    for t in trajs:
+        for name, n in t.calls.items():
+            b = backend(t, name)
+            counts[b if known is None or b in known else UNKNOWN] += n
+    total = sum(counts.values())
+    if not total:
+        return {}
+    names = sorted(set(known or ()) | (set(counts) - {UNKNOWN})) + ([UNKNOWN] if counts[UNKNOWN] else [])
+    return {b: counts[b] / total for b in names}
+
+
+def backend_shares_by_profile(trajs, profiles=DEMO_PROFILES, known: Collection[str] | None = DEMO_TOOL_NAMES,
+                              backend: Callable[[Any, str], str] = backend_of) -> dict[str, dict[str, float]]:
+    """`backend_shares` of the trajectories run under each of `profiles` (by the preference's name)."""
+    by = _by_profile(trajs)
+    return {p: backend_shares(by.get(p, []), known, backend) for p in profiles}
 
 
 def controllability(trajs, tool: str = EXPENSIVE) -> float:
@@ -86,6 +124,9 @@ def summarize_demo(config, before, after, baselines, checks, history, sft, wall,
     m: dict[str, Any] = {
         "config": config.model_dump(), "seed": config.seed, "cpu": cpu_description(), "policies": policies,
         "reward_across": across,
+        # what was learned, first in the report: where the calls went under each profile, before and after RL
+        "backend_share": {"before RL": backend_shares_by_profile(before.trajectories),
+                          "after RL": backend_shares_by_profile(after.trajectories)},
         "controllability_points": controllability(after.trajectories),
         "controllability_points_before_rl": controllability(before.trajectories),
         "controllability_by_category": {"orchestrator": controllability_by_category(after.trajectories),
@@ -138,9 +179,8 @@ def _listed(values: dict[str, float], spec: str) -> str:
     return ", ".join(f"{k} {v:{spec}}" for k, v in values.items())
 
 
-def table_text(m: dict[str, Any]) -> str:
-    """The demo's printed table and summary lines, from its metrics."""
-    by_cat = m["controllability_by_category"]
+def table_rows(m: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The demo's table, header and rows (each cell a string), per policy and profile, from its metrics."""
     tools = DEMO_TOOL_NAMES
     # a malformed call can name anything ("{", "calculat"): such names share one column, not one each
     header = ["policy", "profile", "accuracy", "cost $", "latency s", "reward*", *[f"calls {t}" for t in tools],
@@ -155,34 +195,52 @@ def table_text(m: dict[str, Any]) -> str:
             rows.append([name, prof, f"{x['accuracy']:.2f}", f"{x['cost_usd']:.5f}", f"{x['latency_s']:.2f}",
                          "-" if r is None else f"{r:.3f}", *[f"{x['calls'].get(t, 0):.2f}" for t in tools],
                          f"{sum(v for t, v in x['calls'].items() if t not in tools):.2f}"])
-    lines = [format_table(header, rows),
-             "* ToolOrchestra reward, each task's group = the compared policies' runs of it",
-             f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "
-             f"(before RL: {m['controllability_points_before_rl']:.1f}); exact choice gap "
-             f"p(generalist | accuracy) - p(generalist | thrifty): {m.get('choice_gap_points', float('nan')):.2f} "
-             f"points (before RL: {m['format'].get('choice_gap_points', float('nan')):.2f}); by category: "
-             f"{_listed(by_cat['orchestrator'], '.1f')} (before RL: {_listed(by_cat['before RL'], '.1f')})",
-             f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
-             f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
-             f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
-             f"{100 * m['format'].get('copy_heldout_accuracy', 0):.0f}% of held-out drills copied)"
-             + (f"; P read at the choice on the reading drills' pair: {m['format']['reading_gap_points']:.1f} points"
-                if "reading_gap_points" in m["format"] else ""),
-             f"GRPO reward against fixed reference runs: first 10 steps {m['reward_first10']:.3f}, last 10 steps "
-             f"{m['reward_last10']:.3f} (within each step's own groups, as the update sees it: "
-             f"{m['reward_in_group_first10']:.3f} -> {m['reward_in_group_last10']:.3f}); groups per step with a "
-             f"learning signal (rewards not all "
-             f"equal), of {m['config']['grpo']['tasks_per_step']} per profile: "
-             + _listed(m["groups_kept_per_step"], ".2f") + "; mean advantage of the rollouts calling the "
-             f"generalist: {_listed(m['generalist_advantage_per_step'], '+.3f')}",
-             "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
-             + f"; total {m['wall_total_s']:.1f}s",
-             "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items()),
-             f"these checks are what this run showed on this machine ({m.get('cpu', 'unknown CPU')}): what training "
-             "learns turns on float rounding, which differs between CPU kinds (AVX2, AVX-512, AMX), so a check can "
-             "pass on one and fail on another; benchmarks/bench_demo.py measures the bars over seeds",
-             "why it varies: after the warm start, 1 - cos between the GSM8K choice's gradients under the two "
-             f"profiles was {1 - m['format'].get('profile_cosine', float('nan')):.1e} (after RL: "
-             f"{1 - m.get('profile_cosine', float('nan')):.2f}): RL builds the choice's dependence on P from "
-             "that small a part of each update (orchlib.experiments.probes.profile_gradient_cosine)"]
-    return "\n".join(lines)
+    return header, rows
+
+
+def table_notes(m: dict[str, Any]) -> list[str]:
+    """The lines under the table: the reward's footnote, controllability, the format before RL, the GRPO
+    reward, wall time."""
+    by_cat = m["controllability_by_category"]
+    return ["* ToolOrchestra reward, each task's group = the compared policies' runs of it",
+            f"controllability (generalist share, accuracy - thrifty): {m['controllability_points']:.1f} points "
+            f"(before RL: {m['controllability_points_before_rl']:.1f}); exact choice gap "
+            f"p(generalist | accuracy) - p(generalist | thrifty): {m.get('choice_gap_points', float('nan')):.2f} "
+            f"points (before RL: {m['format'].get('choice_gap_points', float('nan')):.2f}); by category: "
+            f"{_listed(by_cat['orchestrator'], '.1f')} (before RL: {_listed(by_cat['before RL'], '.1f')})",
+            f"before RL: well-formed turns {100 * m['format']['well_formed_turns']:.1f}%, arithmetic copied exactly "
+            f"{100 * m['format']['arithmetic_copy_exact']:.1f}% (warm start phase 1: "
+            f"{m['format'].get('copy_drill_steps', 0):.0f} steps of copy drills, then "
+            f"{100 * m['format'].get('copy_heldout_accuracy', 0):.0f}% of held-out drills copied)"
+            + (f"; P read at the choice on the reading drills' pair: {m['format']['reading_gap_points']:.1f} points"
+               if "reading_gap_points" in m["format"] else ""),
+            f"GRPO reward against fixed reference runs: first 10 steps {m['reward_first10']:.3f}, last 10 steps "
+            f"{m['reward_last10']:.3f} (within each step's own groups, as the update sees it: "
+            f"{m['reward_in_group_first10']:.3f} -> {m['reward_in_group_last10']:.3f}); groups per step with a "
+            f"learning signal (rewards not all "
+            f"equal), of {m['config']['grpo']['tasks_per_step']} per profile: "
+            + _listed(m["groups_kept_per_step"], ".2f") + "; mean advantage of the rollouts calling the "
+            f"generalist: {_listed(m['generalist_advantage_per_step'], '+.3f')}",
+            "wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in m["wall_s"].items())
+            + f"; total {m['wall_total_s']:.1f}s"]
+
+
+def checks_line(m: dict[str, Any]) -> str:
+    """"checks: name PASS, name FAIL, ..." """
+    return "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())
+
+
+def check_caveats(m: dict[str, Any]) -> list[str]:
+    """What the checks mean: this machine's result, and why it varies between CPU kinds."""
+    return [f"these checks are what this run showed on this machine ({m.get('cpu', 'unknown CPU')}): what training "
+            "learns turns on float rounding, which differs between CPU kinds (AVX2, AVX-512, AMX), so a check can "
+            "pass on one and fail on another; benchmarks/bench_demo.py measures the bars over seeds",
+            "why it varies: after the warm start, 1 - cos between the GSM8K choice's gradients under the two "
+            f"profiles was {1 - m['format'].get('profile_cosine', float('nan')):.1e} (after RL: "
+            f"{1 - m.get('profile_cosine', float('nan')):.2f}): RL builds the choice's dependence on P from "
+            "that small a part of each update (orchlib.experiments.probes.profile_gradient_cosine)"]
+
+
+def table_text(m: dict[str, Any]) -> str:
+    """The demo's printed table and summary lines, from its metrics."""
+    return "\n".join([format_table(*table_rows(m)), *table_notes(m), checks_line(m), *check_caveats(m)])
