@@ -17,7 +17,7 @@ spec.loader.exec_module(bench_fuzz)
 
 @pytest.mark.parametrize("reader, cases", [("chat-bytes", 300), ("chat-json", 300), ("cards", 200),
                                            ("rewards", 150), ("tasks", 200),
-                                           ("recordings", 200)])
+                                           ("recordings", 200), ("run-configs", 200)])
 def test_only_documented_errors_and_no_slow_case(reader, cases):
     row = bench_fuzz.fuzz(reader, cases)
     assert row.cases == cases
