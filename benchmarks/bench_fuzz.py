@@ -237,7 +237,8 @@ def run_yaml(value: Any) -> str:
 
 MARKER_NAME = "code-ran"  # a hook or env target that runs would create this file in the case's folder
 ODD_NUMBERS = [Raw(x) for x in (".inf", "-.inf", ".nan", ".NaN", "1e400", "-1e400", "true", "false", "null", "0x10",
-                                "1_000", "0o17", "2e-400", "9" * 400, "~", "[]", "{}", "!!binary aGk=", "!!float 1")]
+                                "1_000", "0o17", "2e-400", "9" * 400, "~", "[]", "{}", "!!binary aGk=", "!!float 1",
+                                "!!float", "!!int abc", "!!bool maybe", "!!timestamp 2020-13-45")]
 # in range for most fields half the time, so that a good share of the cases are valid configs
 numbers = (st.integers(1, 40) | st.floats(0.01, 0.9) | st.sampled_from(ODD_NUMBERS)
            | st.integers(-5, 2**70) | st.floats())

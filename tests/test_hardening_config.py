@@ -186,6 +186,20 @@ def test_non_finite_and_boolean_numbers_are_one_line_naming_file_line_and_field(
     assert str(e.value).startswith(f"{path}:{line}: {field}: {problem}") and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("text, line, problem", [
+    ("tasks: !!float\n", 1, "(IndexError: string index out of range)"),
+    ("steps: 2\ngrpo: {group_size: !!int abc}\n", 2, "(ValueError: invalid literal for int() with base 10: 'abc')"),
+    ("steps: 2\nwarm_start:\n  shared_prompt: !!bool maybe\n", 3, "(KeyError: 'maybe')"),
+])
+def test_a_tagged_value_yaml_cannot_read_is_one_line_naming_its_line(tmp_path, text, line, problem):
+    from orchlib.train.run import RunConfig
+
+    path = write(tmp_path / "run.yaml", text)
+    with pytest.raises(ConfigFileError) as e:
+        load_config(path, RunConfig)
+    assert str(e.value) == f"{path}:{line}: not valid YAML: a tagged value cannot be read {problem}"
+
+
 def test_yaml_ints_and_floats_still_load_and_every_shipped_run_config_reads(tmp_path):
     from orchlib.train.run import RunConfig
 
