@@ -1,8 +1,9 @@
 """Run: .venv/bin/python benchmarks/bench_fuzz.py [--cases 10000] [--seed 0] [--readers chat-bytes,cards,...]
 
 Fuzzes every reader of outside input with hypothesis and prints one row per reader: cases run, how
-many ended in the reader's documented error, how many raised anything else (each such case is
-printed), and the slowest case in seconds. The target: 0 other exceptions and no case over 5 s.
+many were read without error, how many ended in the reader's documented error, how many raised
+anything else (each such case is printed), and the slowest case in seconds. The target: 0 other
+exceptions and no case over 5 s.
 
 Readers, with the errors they document:
 - chat-bytes    parse_tool_calls on random bytes (decoded as UTF-8 with replacement), bare and
@@ -20,6 +21,11 @@ Readers, with the errors they document:
 - conversations read_openai_jsonl on mutated OpenAI-format conversations (ids of the wrong type or
                 missing, NaN and huge integers in arguments, call markup and unclosed tags in text,
                 deep nesting, messages out of order)  ConversationError, one line naming the place
+- run-configs   load_config(FILE, RunConfig) on YAML run configs: a valid one mutated (wrong types, .inf,
+                .nan, 1e400, true/false for numbers, unknown fields, deep nesting, cuts), and `hooks:` /
+                `env:` entries naming odd or dangerous targets (subprocess:run, os:system). A case is
+                also undocumented if it ran code (its `touch` marker exists), or ended in a config
+                holding a non-finite number or a true/false where a number belongs    ConfigFileError
 
 The default test suite runs a few hundred cases of each (tests/test_hardening_fuzz.py); exits 1 if a
 reader raised anything undocumented or a case took over 5 s.
@@ -43,10 +49,12 @@ from hypothesis import strategies as st
 
 from orchlib.cards import CardError, load_card
 from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls
+from orchlib.configfile import ConfigFileError, load_config
 from orchlib.openai_messages import ConversationError, read_openai_jsonl, to_openai_messages
+from orchlib.recordings import RecordingError, read_recording
 from orchlib.reward import Reward, RewardFileError, RewardSyntaxError
 from orchlib.tasks import TaskFileError, load_tasks
-from orchlib.recordings import RecordingError, read_recording
+from orchlib.train.run import RunConfig
 
 HANG_S = 5.0
 
@@ -274,14 +282,150 @@ def read_conversations_case(case: list, folder: Path) -> None:
         raise
 
 
+# ------------------------------------------------------------------------------------- run configs
+class Raw(str):
+    """YAML written as it is (`.inf`, `1e400`, an anchor), not quoted."""
+
+
+def run_yaml(value: Any) -> str:
+    """Flow-style YAML of a plain value, with Raw pieces spliced in unquoted."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {run_yaml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(run_yaml(v) for v in value) + "]"
+    return yaml_of(value)
+
+
+MARKER_NAME = "code-ran"  # a hook or env target that runs would create this file in the case's folder
+ODD_NUMBERS = [Raw(x) for x in (".inf", "-.inf", ".nan", ".NaN", "1e400", "-1e400", "true", "false", "null", "0x10",
+                                "1_000", "0o17", "2e-400", "9" * 400, "~", "[]", "{}", "!!binary aGk=", "!!float 1",
+                                "!!float", "!!int abc", "!!bool maybe", "!!timestamp 2020-13-45")]
+# in range for most fields half the time, so that a good share of the cases are valid configs
+numbers = (st.integers(1, 40) | st.floats(0.01, 0.9) | st.sampled_from(ODD_NUMBERS)
+           | st.integers(-5, 2**70) | st.floats())
+run_values = numbers | json_values
+targets = st.sampled_from(["subprocess:run", "os:system", "builtins:eval", "builtins:exec", "shutil:rmtree",
+                           "orchlib.experiments.variants:VariantConfig", "orchlib.train.plugin:importlib.import_module",
+                           "nosuch_module:make", "os.path:join.x", "a..b:c", ":", "x:", ":y", "", "subprocess run",
+                           "os:system; rm -rf /", "__import__('os')", "orchestra-mini", "shop", "\ud800:x"])
+
+
+def hook_entry(target: str, args: Any, extra: dict[str, Any]) -> Any:
+    """A `hooks:` / `env:` entry whose target would create the marker if it were run."""
+    touch = {"args": ["touch", MARKER_NAME]} if target == "subprocess:run" else {"command": f"touch {MARKER_NAME}"}
+    return {"from": target, "with": {**touch, "more": args}, **extra}
+
+
+hook_entries = (st.builds(hook_entry, targets, run_values, st.dictionaries(st.sampled_from(["x", "with", "name"]),
+                                                                           run_values, max_size=1))
+                | targets | run_values)
+SFT_KEYS = ["epochs", "learning_rate", "warmup_fraction", "batch_size", "max_steps", "seed", "schedule", "lr"]
+ROLLOUT_KEYS = ["max_turns", "max_new_tokens", "temperature", "top_p", "tool_timeout_s", "tool_schema",
+                "max_total_tokens", "policy_price_in", "bogus"]
+GRPO_KEYS = ["learning_rate", "tasks_per_step", "group_size", "kl_coef", "clip_low", "clip_high", "min_reward_spread",
+             "max_grad_norm", "decay_steps", "warmup_steps", "engine", "mixed_precision", "lr"]
+
+
+def section(keys: list[str], inner: Any = None) -> Any:
+    entries = st.dictionaries(st.sampled_from(keys), run_values, max_size=4)
+    if inner is not None:
+        entries = st.builds(lambda d, r: {**d, **r}, entries, inner)
+    return entries | run_values
+
+
+RUN_FIELDS = {
+    "policy": st.sampled_from(["tiny", "small", "../../etc", ""]) | run_values,
+    "suite": st.sampled_from(["orchestra-mini", "orchestra-choice", "nope"]) | run_values,
+    "suite_seed": numbers, "suite_train": numbers, "suite_test": numbers, "steps": numbers, "save_every": numbers,
+    "tasks": st.text(max_size=10) | run_values, "cards": st.lists(st.text(max_size=6), max_size=2) | run_values,
+    "reward": st.text(max_size=10) | run_values, "out": st.text(max_size=10) | run_values,
+    "warm_start": section(SFT_KEYS),
+    "grpo": section(GRPO_KEYS, st.dictionaries(st.just("rollout"), section(ROLLOUT_KEYS), max_size=1)
+                    | st.dictionaries(st.just("lora"), section(["r", "alpha", "dropout", "rank"]), max_size=1)),
+    "evaluation": section(["samples", "baselines", "profiles", "x"]),
+    "hooks": hook_entries, "env": hook_entries, "bogus": run_values,
+}
+RUN_EXTRAS = ["", "x: " + nested(70) + "\n", "grpo: " + "{a: " * 70 + "1" + "}" * 70 + "\n", "steps: 1\nsteps: 2\n",
+              "hooks: !!python/object/apply:os.system [touch code-ran]\n", "&a steps: 1\n", "--- a\n--- b\n",
+              "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 8)), "\t- tab\n"]
+
+
+def run_config_text(fields: dict[str, Any], extra: str, cut: float | None) -> str:
+    text = "".join(f"{k}: {run_yaml(v)}\n" for k, v in fields.items()) + extra
+    return text[: int(len(text) * cut)] if cut is not None else text
+
+
+# a valid config to mutate one field of: run code it must not (subprocess:run) with the right shape included
+GOOD_FIELDS = {
+    "policy": st.just("tiny"), "steps": st.integers(0, 50), "save_every": st.integers(1, 20),
+    "suite_seed": st.integers(0, 9), "out": st.sampled_from(["runs/x", "out"]),
+    "warm_start": st.none() | st.fixed_dictionaries({}, optional={"epochs": st.integers(1, 5),
+                                                                  "learning_rate": st.floats(1e-5, 1e-2)}),
+    "grpo": st.fixed_dictionaries({}, optional={
+        "learning_rate": st.floats(1e-6, 1e-2), "group_size": st.integers(2, 8), "kl_coef": st.floats(0, 1),
+        "rollout": st.fixed_dictionaries({}, optional={"temperature": st.floats(0, 2),
+                                                       "max_turns": st.integers(1, 4)})}),
+    "hooks": st.sampled_from([{"from": "orchlib.experiments.variants:VariantConfig",
+                               "with": {"paired_profiles": ["accuracy", "thrifty"]}},
+                              {"from": "subprocess:run", "with": {"args": ["touch", MARKER_NAME]}},
+                              {"from": "os:system", "with": {"command": f"touch {MARKER_NAME}"}}]),
+}
+one_bad_field = st.sampled_from(sorted(RUN_FIELDS)).flatmap(lambda k: RUN_FIELDS[k].map(lambda v: {k: v}))
+
+
+def run_config_cases():
+    anything = st.fixed_dictionaries({}, optional=RUN_FIELDS)
+    one_wrong = st.builds(lambda good, bad: {**good, **bad}, st.fixed_dictionaries({}, optional=GOOD_FIELDS),
+                          st.just({}) | one_bad_field)
+    return st.builds(run_config_text, anything | one_wrong, st.just("") | st.sampled_from(RUN_EXTRAS),
+                     st.none() | st.none() | st.floats(0, 1))
+
+
+def read_run_config(text: str, folder: Path) -> None:
+    import math
+
+    from pydantic import BaseModel
+
+    path = folder / "run.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    marker = Path.cwd() / MARKER_NAME
+    try:
+        cfg = load_config(path, RunConfig)
+    except ConfigFileError as e:
+        if "\n" in str(e):
+            raise AssertionError(f"an error of {len(str(e).splitlines())} lines: {e!s:.200}") from None
+        raise
+    finally:
+        if marker.exists():
+            marker.unlink()
+            raise AssertionError("reading the config ran code (the marker file was created)")
+    stack: list[Any] = [cfg]
+    while stack:  # the config that came out holds finite numbers only, and no true/false for one
+        obj = stack.pop()
+        if isinstance(obj, BaseModel):
+            for name, info in type(obj).model_fields.items():
+                value = getattr(obj, name)
+                if isinstance(value, bool) and info.annotation in (int, float, int | None, float | None):
+                    raise AssertionError(f"{name}: a true/false read as a number")
+                stack.append(value)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, float) and not math.isfinite(obj):
+            raise AssertionError(f"a non-finite number in a valid config: {obj}")
+
+
 # ---------------------------------------------------------------------------------------- running
 @dataclass
 class Row:
     reader: str
     cases: int = 0
+    valid: int = 0
     documented: int = 0
     other: int = 0
-    parsed: int = 0  # cases read without an error
     max_s: float = 0.0
     slowest: str = ""
     examples: list[str] = field(default_factory=list)
@@ -295,6 +439,7 @@ READERS: dict[str, tuple[Any, Callable[..., None], tuple[type[BaseException], ..
     "tasks": (task_cases(), read_tasks, (TaskFileError,)),
     "recordings": (recording_cases(), read_recording_case, (RecordingError,)),
     "conversations": (conversation_cases(), read_conversations_case, (ConversationError,)),
+    "run-configs": (run_config_cases(), read_run_config, (ConfigFileError,)),
 }
 
 
@@ -323,7 +468,7 @@ def fuzz(reader: str, cases: int, seed: int = 0) -> Row:
             t0 = time.perf_counter()
             try:
                 read(case, folder)
-                row.parsed += 1
+                row.valid += 1
             except documented:
                 row.documented += 1
             except Exception as e:  # counted and shown: this is what the benchmark looks for
@@ -345,13 +490,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="0: hypothesis's derandomized run; else a seed")
     parser.add_argument("--readers", default=",".join(READERS))
     args = parser.parse_args(argv)
-    print(f"{'reader':<12} {'cases':>7} {'documented errors':>18} {'other exceptions':>17} {'max seconds':>12}")
+    print(f"{'reader':<12} {'cases':>7} {'valid':>7} {'documented errors':>18} {'other exceptions':>17} "
+          f"{'max seconds':>12}")
     failed = False
     for reader in args.readers.split(","):
         t0 = time.perf_counter()
         row = fuzz(reader, args.cases, args.seed)
-        print(f"{row.reader:<12} {row.cases:>7,} {row.documented:>18,} {row.other:>17,} {row.max_s:>12.3f}"
-              f"   ({row.parsed:,} parsed, {time.perf_counter() - t0:.0f} s)", flush=True)
+        print(f"{row.reader:<12} {row.cases:>7,} {row.valid:>7,} {row.documented:>18,} {row.other:>17,} "
+              f"{row.max_s:>12.3f}"
+              f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
         for example in row.examples:
             print("    " + example.replace("\n", "\n    "))
         if row.max_s > HANG_S:

@@ -29,13 +29,14 @@ import asyncio
 from collections import Counter
 from typing import Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.cards.costs import MAX_PRICE
 from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls,
                           template_renders_tools, tools_block)
 from orchlib.engines.base import ChatPolicy, Engine, SamplingParams
 from orchlib.env import Environment, bind_older
+from orchlib.settings import Settings
 from orchlib.users import make_user
 from orchlib.tasks import Preference, Task
 # run_sync: one sync bridge for the library (works inside Jupyter's loop)
@@ -49,7 +50,7 @@ DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling too
                          "Weigh accuracy, cost and latency as the user prefers.")
 
 
-class RolloutConfig(BaseModel):
+class RolloutConfig(Settings):
     """How episodes are sampled and accounted. Defaults run the tiny policy on a laptop CPU."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

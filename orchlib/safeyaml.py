@@ -42,6 +42,11 @@ def load(yaml: YAML, text: str) -> Any:
         raise YAMLInputError(0, " ".join(str(e).split())) from None
     except RecursionError:  # not expected after _check_shape; kept so no traceback can reach a user
         raise YAMLInputError(0, "nested too deeply to read") from None
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:
+        # ruamel's constructors of explicitly tagged scalars raise these bare (`!!float` with no value:
+        # IndexError; `!!int abc`: ValueError; `!!bool maybe`: KeyError)
+        raise YAMLInputError(_node_line(e), f"a tagged value cannot be read ({type(e).__name__}: "
+                                            f"{str(e)[:80]})") from None
 
 
 def _check_brackets(text: str) -> None:
@@ -103,6 +108,17 @@ def _check_shape(yaml: YAML, text: str) -> None:
         if total > MAX_NODES or (stack and stack[-1][0] > MAX_NODES):
             raise YAMLInputError(line, f"aliases expand to more than {MAX_NODES:,} nodes "
                                        "(nested anchors such as a 'billion laughs' are refused)")
+
+
+def _node_line(error: BaseException) -> int:
+    """1-based line of the node a ruamel constructor failed on: the innermost frame of the traceback that
+    holds a `node` with a start mark (0 when there is none)."""
+    line, tb = 0, error.__traceback__
+    while tb is not None:
+        mark = getattr(tb.tb_frame.f_locals.get("node"), "start_mark", None)
+        line = mark.line + 1 if mark is not None else line
+        tb = tb.tb_next
+    return line
 
 
 def _where(e: MarkedYAMLError, text: str) -> tuple[int, str]:

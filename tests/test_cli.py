@@ -34,12 +34,12 @@ def test_info_runs_offline_in_a_subprocess(policy_cache):
     ("steps: [1, 2\n", "bad.yaml:1: not valid YAML"),
     ("- 1\n- 2\n", "bad.yaml:1: expected a mapping"),
     ("reward: rewards/nope.yaml\n", "reward: rewards/nope.yaml does not exist"),
-    ("hooks: {from: nosuch_module:hooks}\n", "bad.yaml:1: hooks.from: Value error, cannot import nosuch_module"),
-    ("hooks: {from: orchlib.experiments.variants:Nope}\n",
-     "bad.yaml:1: hooks.from: Value error, orchlib.experiments.variants has no attribute Nope"),
-    ("hooks: {from: builtins:dict}\n", "bad.yaml:1: hooks: Value error, builtins:dict returned dict, not Hooks"),
-    ("hooks:\n  from: orchlib.experiments.variants:VariantConfig\n  with: {paired_profiles: [accuracy, frugal]}\n",
-     "bad.yaml:1: hooks: Value error, with: paired_profiles: unknown profile 'frugal'"),
+    ("hooks: {from: 'subprocess run'}\n", "bad.yaml:1: hooks.from: Value error, expected 'package.module:factory'"),
+    ("hooks: {from: os:system, with: {command: !!binary aGk=}}\n", "bad.yaml:1: hooks.with: Value error, command: "
+     "expected plain data"),
+    ("hooks: {from: orchlib.experiments.variants:VariantConfig}\n", "bad.yaml: hooks: "
+     "'orchlib.experiments.variants:VariantConfig' would be imported and run; a config file is data, so pass "
+     "--trust-code"),
 ])
 def test_train_bad_config_is_one_clear_line_and_exit_2(tmp_path, capsys, monkeypatch, text, expected):
     monkeypatch.chdir(REPO)
@@ -48,6 +48,25 @@ def test_train_bad_config_is_one_clear_line_and_exit_2(tmp_path, capsys, monkeyp
     assert main(["train", "--config", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("hooks: {from: nosuch_module:hooks}\n", "bad.yaml: hooks.from: cannot import nosuch_module"),
+    ("hooks: {from: orchlib.experiments.variants:Nope}\n",
+     "bad.yaml: hooks.from: orchlib.experiments.variants has no attribute Nope"),
+    ("hooks: {from: builtins:dict}\n", "bad.yaml: hooks: builtins:dict returned dict, not Hooks"),
+    ("hooks:\n  from: orchlib.experiments.variants:VariantConfig\n  with: {paired_profiles: [accuracy, frugal]}\n",
+     "bad.yaml: hooks.with: paired_profiles: unknown profile 'frugal'"),
+])
+def test_train_hooks_that_cannot_be_built_are_one_line_with_trust_code(tmp_path, capsys, monkeypatch, text,
+                                                                       expected):
+    """With --trust-code the hooks are imported and built when training starts, before the policy loads."""
+    monkeypatch.chdir(REPO)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + f"out: {tmp_path / 'run'}\n")
+    assert main(["train", "--config", str(bad), "--trust-code"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
 
 
 def test_train_from_config_then_resume(tmp_path, policy_cache, monkeypatch, capsys):

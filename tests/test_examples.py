@@ -46,7 +46,8 @@ def test_routellm_frontier_prints_the_oracle_apgr_and_aiq_of_the_recording():
 
 
 def test_train_tiny_plugs_in_the_demos_paired_profiles_by_import_path():
-    """examples/train_tiny.yaml names its hooks by import path; reading it builds the paired-profiles sampler."""
+    """examples/train_tiny.yaml names its hooks by import path; building them (what --trust-code allows) makes the
+    paired-profiles sampler."""
     from orchlib.configfile import load_config
     from orchlib.experiments.variants import PairedProfiles, VariantConfig
     from orchlib.train.run import RunConfig

@@ -3,6 +3,7 @@ one is reported by name on resume, and nothing in it is unpickled."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -259,3 +260,86 @@ def test_a_truncated_weights_file_is_named_on_resume(saved_trainer):
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(weights))}: 100 bytes where"):
         Trainer.resume(path, *args)
+
+
+# ------------------------------------------------------------------------------ a save on a full disk
+def disk_full_after(monkeypatch, writes: int, wrap: bool = False):
+    """torch.save writes `writes` files, then fails as on a full disk: half a file, then ENOSPC (as itself,
+    or wrapped in a RuntimeError the way torch's own writer reports it)."""
+    real_save, count = torch.save, [0]
+
+    def save(obj, f, *args, **kwargs):
+        count[0] += 1
+        if count[0] <= writes:
+            return real_save(obj, f, *args, **kwargs)
+        Path(f).write_bytes(b"half a tensor")
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if wrap:
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed") from full
+        raise full
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+@pytest.mark.parametrize("writes, wrap", [(0, False), (1, False), (0, True)])
+def test_a_save_on_a_full_disk_is_one_line_removes_its_partial_copy_and_a_later_save_works(saved_trainer,
+                                                                                         monkeypatch, writes, wrap):
+    from orchlib.train import Trainer
+    from orchlib.train.checkpoint import CheckpointSaveError
+
+    trainer, path, args = saved_trainer
+    saved_rng = (path / "sampler_rng.json").read_text()
+    trainer.rng.random()  # the next save would write a different sampler state
+    trainer.step_count, trainer.history = 1, [{"step": 1.0}]
+    disk_full_after(monkeypatch, writes, wrap)
+    with pytest.raises(CheckpointSaveError) as e:
+        trainer.save(path)
+    assert str(e.value) == (f"{path}: checkpoint not saved: No space left on device (the previous checkpoint is "
+                            "kept; the partial copy was removed)")
+    assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt"]  # no .ckpt.tmp-1 left to fill the disk
+    assert find_checkpoint(path) == path and (path / "sampler_rng.json").read_text() == saved_rng
+    assert Trainer.resume(path, *args).step_count == 0
+    monkeypatch.undo()
+    trainer.save(path)  # space again: the next save goes through
+    assert Trainer.resume(path, *args).step_count == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt"]
+
+
+def test_a_partial_copy_left_by_a_killed_save_is_cleared_by_the_next_one(tmp_path):
+    path = save(tmp_path / "ckpt", "one")
+    stale = tmp_path / ".ckpt.tmp-7"  # a save killed before it could clean up (kill -9)
+    (stale / "state").mkdir(parents=True)
+    (stale / "state" / "optimizer").write_text("x" * 1000)
+    save(path, "two")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert (find_checkpoint(path) / "weights").read_text() == "two"
+
+
+def test_train_whose_save_hits_a_full_disk_prints_one_line_and_exits_2(tmp_path, capsys, monkeypatch, policy_cache):
+    from conftest import REPO
+
+    from orchlib.cli import main
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"steps: 0\nwarm_start: null\nout: {tmp_path / 'run'}\n")
+    import orchlib.train.run
+
+    def saves_on_a_full_disk(cfg, **kwargs):  # the run's first save, on a disk that is full
+        from orchlib.envs.toy import toy_tasks, toy_toolbox
+        from orchlib.reward import Reward
+        from orchlib.train import Trainer
+
+        trainer = Trainer("tiny", toy_tasks(2), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"))
+        disk_full_after(monkeypatch, 0)
+        trainer.save(tmp_path / "run" / "checkpoint")
+
+    monkeypatch.setattr(orchlib.train.run, "run_training", saves_on_a_full_disk)
+    assert main(["train", "--config", str(config)]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if line.strip() and not line.startswith("Writing model shards")]
+    assert err == [f"orchlib train: {tmp_path / 'run' / 'checkpoint'}: checkpoint not saved: No space left on device "
+                   "(the previous checkpoint is kept; the partial copy was removed)"]
+    assert list((tmp_path / "run").iterdir()) == []

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an orchestrator from a YAML config (SFT warm start + GRPO)",
                        description="Fields: policy, cards, reward, tasks, suite_seed, steps, warm_start (SFTConfig), "
-                                   "grpo (GRPOConfig, with rollout: RolloutConfig), out, save_every. A rerun with "
-                                   "the same `out` resumes from its checkpoint. Example: examples/train_tiny.yaml.")
+                                   "grpo (GRPOConfig, with rollout: RolloutConfig), hooks, out, save_every. A rerun "
+                                   "with the same `out` resumes from its checkpoint. Example: "
+                                   "examples/train_tiny.yaml. Exit codes: 0 trained, 1 training diverged (a "
+                                   "non-finite loss; the last checkpoint is kept), 2 bad input or a failed save.")
     p.add_argument("--config", required=True, help="YAML file")
     p.add_argument("--steps", type=int, default=None, help="override the file's steps")
+    p.add_argument("--trust-code", action="store_true", help="import and run the code the config's `hooks:` names "
+                   "(a config file is data: without this flag a config with hooks is refused)")
     p.set_defaults(handler=run)
 
 
@@ -26,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.reward import RewardFileError
     from orchlib.shipped import shipped_path
     from orchlib.tasks import TaskFileError
-    from orchlib.train.checkpoint import CheckpointError
+    from orchlib.train.checkpoint import CheckpointError, CheckpointSaveError
+    from orchlib.train.grpo import TrainingDiverged
+    from orchlib.train.plugin import HooksError, UntrustedCodeError, require_trust
     from orchlib.train.run import RunConfig, run_training
 
     try:
@@ -37,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
         if args.steps < 0:  # model_copy does not validate: say it here, as the file's own `steps` would
             raise UsageError(f"--steps: {args.steps} is negative; give the number of GRPO steps (0 or more)")
         cfg = cfg.model_copy(update={"steps": args.steps})
+    try:
+        require_trust(cfg.hooks, args.trust_code)  # before anything is written
+    except UntrustedCodeError as e:
+        raise UsageError(f"{args.config}: {e}") from None
     for field in ("cards", "reward", "tasks"):
         values = getattr(cfg, field)
         for value in [values] if isinstance(values, str) else values or []:
@@ -44,11 +55,18 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"{args.config}: {field}: {value} does not exist")
     out = writable_folder(cfg.out, f"{args.config}: out:")  # before minutes of training
     try:
-        trainer = run_training(cfg)
-    except (PolicyLoadError, CardError, RewardFileError, TaskFileError) as e:  # read before the first step
+        trainer = run_training(cfg, trust_code=args.trust_code)
+    except (PolicyLoadError, CardError, RewardFileError, TaskFileError, HooksError) as e:  # before the first step
         raise UsageError(f"{args.config}: {e}") from None
     except CheckpointError as e:  # the message names the checkpoint's file; the folder is left as it is
         raise UsageError(f"{e} (not resumed; move the folder away to start again)") from None
+    except CheckpointSaveError as e:  # names the folder and the cause; the previous checkpoint is kept
+        raise UsageError(str(e)) from None
+    except TrainingDiverged as e:  # the input was valid; the run failed: exit 1, the last checkpoint kept
+        kept = f"the last checkpoint, {out / 'checkpoint'}, is kept" if (out / "checkpoint").exists() else \
+            "no checkpoint had been saved"
+        print(f"orchlib train: {e}; {kept}", file=sys.stderr)
+        return 1
     write_text_atomic(out / "history.json", json.dumps(trainer.history, indent=1))  # never half written
     if not trainer.history:
         print(f"trained 0 steps; nothing to report (steps: {cfg.steps})")

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.envs.choice import CHOICE_TOOLS
 from orchlib.chat import CALL_OPENING  # noqa: F401  (re-exported: the demo's probes use it)
 from orchlib.experiments.variants import VariantConfig
 from orchlib.rollout import RolloutConfig
+from orchlib.settings import Settings
 from orchlib.shipped import shipped_dir
 from orchlib.train.config import GRPOConfig
 from orchlib.train.sft import SFTConfig
@@ -60,7 +61,7 @@ DEMO_VARIANTS = VariantConfig(
     kl_estimator="exact", choice_gradient="expected", choice_baseline="tried")
 
 
-class WarmStartConfig(BaseModel):
+class WarmStartConfig(Settings):
     """The tiny policy's warm start before RL: phase 1 copies arithmetic into calculator calls, phase 2 is SFT
     on golden trajectories in the orchestration format. Each field says why its default."""
 
@@ -87,7 +88,7 @@ class WarmStartConfig(BaseModel):
         "half (the choice learns that P decides, not which way); or every tool under the question's one P")
 
 
-class DemoConfig(BaseModel):
+class DemoConfig(Settings):
     """The demo; defaults finish in about five minutes on 2 CPU cores. It composes the library's configs
     (warm start: SFTConfig; RL: GRPOConfig and VariantConfig) with the demo's values, each chosen by
     measuring the tiny policy on 2 CPU cores."""

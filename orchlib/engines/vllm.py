@@ -29,14 +29,15 @@ import tempfile
 import time
 from typing import Any, Iterator, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.engines.base import GenerateResult, Generation, SamplingParams
+from orchlib.settings import Settings
 
 __all__ = ["VLLMConfig", "VLLMEngine"]
 
 
-class VLLMConfig(BaseModel):
+class VLLMConfig(Settings):
     """Settings of the vLLM engine. Defaults: colocated, fp32, a 512 MiB KV cache (CPU-sized)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Literal, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from orchlib.chat import call_name_mask
+from orchlib.settings import Settings
 from orchlib.tasks import PROFILES, Task
 from orchlib.train.config import GRPOConfig
 from orchlib.train.hooks import Hooks, MicroBatch, PaperLoss, TaskSampler, keep_advantages, uniform_draw
@@ -37,7 +38,7 @@ __all__ = ["VariantConfig", "balanced_draw", "QuotaDraw", "PairedProfiles", "Pre
            "masked_grpo_loss", "VariantLoss", "KL_ESTIMATORS"]
 
 
-class VariantConfig(BaseModel):
+class VariantConfig(Settings):
     """The demo's variants of GRPO. The defaults are the paper's (every variant off)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

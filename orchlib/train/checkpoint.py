@@ -27,8 +27,9 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-__all__ = ["MARKER", "CheckpointError", "temporary_sibling", "commit", "find_checkpoint", "is_complete", "verify",
-           "require", "random_state_to_json", "random_state_from_json", "read_trainer_state"]
+__all__ = ["MARKER", "CheckpointError", "CheckpointSaveError", "temporary_sibling", "commit", "abandon",
+           "find_checkpoint", "is_complete", "verify", "require", "random_state_to_json", "random_state_from_json",
+           "read_trainer_state"]
 
 MARKER = "COMPLETE"
 FORMAT = 2  # 1: sizes only (or the text "ok"); 2: sizes and SHA-256
@@ -38,13 +39,38 @@ class CheckpointError(ValueError):
     """A checkpoint that is incomplete or was changed after it was saved; the message names the file."""
 
 
+class CheckpointSaveError(OSError):
+    """A save that failed (a full disk, a write error): one line naming the folder and the cause. The
+    previous checkpoint is left as it was and the partial copy is removed, so a later save can succeed."""
+
+
 def temporary_sibling(path: str | os.PathLike, tag: str) -> Path:
-    """A fresh, empty folder next to `path` (same filesystem, so the final rename is atomic)."""
+    """A fresh, empty folder next to `path` (same filesystem, so the final rename is atomic). Partial copies
+    an earlier save left (killed before it could remove them) are removed first: on a full disk they hold
+    the space the new save needs."""
     path = Path(path)
     tmp = path.parent / f".{path.name}.tmp-{tag}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
+
+
+def abandon(tmp: Path, path: str | os.PathLike, error: BaseException) -> CheckpointSaveError:
+    """Remove the partial copy `tmp` of a save of `path` that failed with `error`; the error to raise, one
+    line naming the folder and the cause (the OSError behind it where there is one: a library that wraps
+    a failed write, as torch.save does, keeps it as the cause or context)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    found = cause if isinstance(cause, OSError) else error
+    text = (found.strerror if isinstance(found, OSError) and found.strerror else None) \
+        or (str(found).strip().splitlines() or [type(found).__name__])[0]
+    failed = CheckpointSaveError(f"{path}: checkpoint not saved: {text[:200]} (the previous checkpoint is kept; "
+                                 "the partial copy was removed)")
+    failed.errno = getattr(found, "errno", None)
+    return failed
 
 
 def _sha256(file: Path) -> str:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.engines.vllm import VLLMConfig
 from orchlib.rollout import RolloutConfig
+from orchlib.settings import Settings
 
 __all__ = ["LoraSettings", "GRPOConfig"]
 
 
-class LoraSettings(BaseModel):
+class LoraSettings(Settings):
     """PEFT LoRA; with it the KL reference is the same model with the adapter disabled (no copy)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -27,7 +28,7 @@ class LoraSettings(BaseModel):
     target_modules: str | list[str] = Field("all-linear", description="every linear layer but the head")
 
 
-class GRPOConfig(BaseModel):
+class GRPOConfig(Settings):
     """Every knob of a GRPO run. Defaults: one step of the tiny policy on 2 CPU cores in seconds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -14,15 +14,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.baselines import BASELINES
+from orchlib.settings import Settings
 
 __all__ = ["RunEvaluation", "numbers", "well_formed", "tool_share", "controllability", "controllability_by_category",
            "baseline_reports", "run_summary"]
 
 
-class RunEvaluation(BaseModel):
+class RunEvaluation(Settings):
     """How `orchlib train` evaluates a run (before RL, after it, and the baselines) on the test split."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

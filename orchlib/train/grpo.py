@@ -29,6 +29,7 @@ import contextlib
 import copy
 import inspect
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -43,7 +44,7 @@ from orchlib.engines.base import TrainableEngine, exact_logprobs, shares_weights
 from orchlib.env import Environment, bind_older, reward_terms
 from orchlib.rollout import rollout, shown_preference
 from orchlib.tasks import Task
-from orchlib.train.checkpoint import (CheckpointError, commit, find_checkpoint, random_state_from_json,
+from orchlib.train.checkpoint import (CheckpointError, abandon, commit, find_checkpoint, random_state_from_json,
                                       random_state_to_json, read_trainer_state, require, temporary_sibling)
 from orchlib.train.config import GRPOConfig, LoraSettings
 from orchlib.train.hooks import Hooks, MicroBatch, needs_full_logprobs
@@ -52,7 +53,12 @@ from orchlib.train.loss import group_advantages, keep_groups
 from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
-__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "lr_factor", "make_engine"]
+__all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "TrainingDiverged", "lr_factor", "make_engine"]
+
+
+class TrainingDiverged(ValueError):
+    """A step's loss or gradient norm was not finite; the step was not applied (weights and optimizer are
+    as before it), so the last checkpoint and the trainer in memory are both still good."""
 
 
 @dataclass
@@ -286,12 +292,18 @@ class Trainer:
             for k, v in s.items():
                 stats[k] += v
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         if acc.num_processes > 1:  # token-weighted means over every process, not just this one
             stats = _sum_dicts(_gather_dicts(dict(stats)))
             mismatch_max = max(d["m"] for d in _gather_dicts({"m": mismatch_max}))
+        # A NaN or inf would be written into every weight and reported as a step: refuse the step instead
+        # (stats and the norm are the same on every process here, so all of them stop together).
+        if not (math.isfinite(stats.get("loss", 0.0)) and math.isfinite(float(grad_norm))):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDiverged(f"step {self.step_count + 1}: training diverged (loss {stats.get('loss', 0.0)}, "
+                                   f"gradient norm {float(grad_norm)}); the step was not applied")
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
         out = {k: v / max(stats.get("_weight", 1.0), 1e-12) for k, v in stats.items() if k != "_weight"}
         out["grad_norm"] = float(grad_norm)
         out["logprob_mismatch/max"] = mismatch_max
@@ -418,6 +430,14 @@ class Trainer:
         tmp = path.parent / f".{path.name}.tmp-{self.step_count}"
         if acc.is_main_process:
             tmp = temporary_sibling(path, str(self.step_count))
+        try:
+            self._write_checkpoint(tmp, path)
+        except Exception as e:  # a full disk, a write error: one line, no partial copy left to fill the disk
+            raise abandon(tmp, path, e) from None
+        return path
+
+    def _write_checkpoint(self, tmp: Path, path: Path) -> None:
+        acc = self.accelerator
         acc.wait_for_everyone()
         acc.save_state(str(tmp / "state"))
         torch.save(self.engine.generator.get_state(), tmp / "state" / f"engine_rng_{acc.process_index}.pt")
@@ -434,7 +454,6 @@ class Trainer:
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             commit(tmp, path)
         acc.wait_for_everyone()
-        return path
 
     @classmethod
     def resume(cls, path: str | Path, env: Environment | Sequence[Task], *older, config: GRPOConfig | None = None,

@@ -21,20 +21,21 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.env import Environment
+from orchlib.settings import Settings
 from orchlib.train.config import GRPOConfig
 from orchlib.train.evaluation import RunEvaluation
 from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.hooks import Hooks
-from orchlib.train.plugin import HooksPlugin
+from orchlib.train.plugin import HooksPlugin, require_trust
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment", "load_world"]
 
 
-class RunConfig(BaseModel):
+class RunConfig(Settings):
     model_config = ConfigDict(extra="forbid", frozen=True)
     policy: str = Field("tiny", description="'tiny' / 'small' (built offline), a Hugging Face id or short name "
                                             "('smollm2'), or a folder")
@@ -52,7 +53,8 @@ class RunConfig(BaseModel):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     hooks: HooksPlugin | None = Field(None, description="training hooks by import path, e.g. `{from: "
                                       "'orchlib.experiments.variants:VariantConfig', with: {paired_profiles: "
-                                      "[accuracy, thrifty]}}`; empty = the paper's GRPO")
+                                      "[accuracy, thrifty]}}`; empty = the paper's GRPO. Runs code, so only "
+                                      "with trust_code (--trust-code)")
     evaluation: RunEvaluation | None = Field(None, description="evaluate before and after GRPO, beside the "
                                              "baselines, on the suite's test split (needs a suite, not `tasks`)")
     out: str = Field("runs/train", description="checkpoint and metrics folder; a rerun resumes from it")
@@ -89,11 +91,15 @@ def load_world(cfg: RunConfig):
 
 def run_training(cfg: RunConfig, progress: bool = True,
                  on_step: Callable[[Trainer, StepReport], None] | None = None, *,
-                 env: Environment | None = None) -> Trainer:
+                 env: Environment | None = None, trust_code: bool = False) -> Trainer:
     """Warm start (unless resuming), then GRPO for `cfg.steps`, checkpointing into `cfg.out`; with
     `cfg.evaluation`, the evaluations before and after RL. `on_step` sees every step's report. `env`:
-    the Environment to train in, instead of the world `cfg` names (whose fields must then be left unset)."""
+    the Environment to train in, instead of the world `cfg` names (whose fields must then be left unset).
+    `trust_code`: the user's opt-in to import and run the code `cfg.hooks` names (a config file is data;
+    without it, a config with hooks is an UntrustedCodeError and nothing runs)."""
     from orchlib.train.checkpoint import find_checkpoint
+
+    require_trust(cfg.hooks, trust_code)
 
     if env is None:
         if cfg.evaluation is not None and cfg.tasks:

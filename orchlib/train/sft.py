@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from orchlib.chat import render_assistant
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.rollout import RolloutConfig, rollout
+from orchlib.settings import Settings
 from orchlib.tasks import Task
 from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
@@ -39,7 +40,7 @@ __all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_traj
            "batch_tensors", "sft_loss"]
 
 
-class SFTConfig(BaseModel):
+class SFTConfig(Settings):
     """Warm-start settings. Defaults teach the tiny policy the call format in well under a minute."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
