@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.cards import CardError
     from orchlib.cli import UsageError
     from orchlib.commands._output import writable_folder
-    from orchlib.configfile import ConfigFileError, load_config
+    from orchlib.configfile import ConfigFileError, load_config, located
+    from orchlib.configurations import ConfigurationError
     from orchlib.models import PolicyLoadError
     from orchlib.reward import RewardFileError
     from orchlib.shipped import shipped_path
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         trainer = run_training(cfg)
     except (PolicyLoadError, CardError, RewardFileError, TaskFileError) as e:  # read before the first step
         raise UsageError(f"{args.config}: {e}") from None
+    except ConfigurationError as e:  # a configuration space that does not fit the run's world
+        raise UsageError(str(located(args.config, e.loc, e.problem))) from None
     except CheckpointError as e:  # the message names the checkpoint's file; the folder is left as it is
         raise UsageError(f"{e} (not resumed; move the folder away to start again)") from None
     write_text_atomic(out / "history.json", json.dumps(trainer.history, indent=1))  # never half written
