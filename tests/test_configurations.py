@@ -220,3 +220,18 @@ def test_bad_configuration_errors_name_file_line_and_field(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1, err
         assert f"{path}:{line}: {field}" in err and problem in err, err
+
+
+def test_eval_files_take_configuration_blocks_with_the_same_errors(tmp_path, capsys):
+    from orchlib.cli import main
+
+    head = f"policies: [{{name: p, local: tiny}}]\nenv: orchestra-choice\nout: {tmp_path / 'out'}\n"
+    for block, field, problem, line in [
+            ("configurations:\n  price: {factor: [0.5, -2]}", "configurations.price.factor", "greater than", 5),
+            ("test_configurations:\n  tools: [mixtral, gpt5]", "test_configurations.tools[1].backends[0]",
+             "unknown backend 'gpt5'", 5)]:
+        path = tmp_path / "eval.yaml"
+        path.write_text(head + block + "\n")
+        assert main(["eval", "--config", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{path}:{line}: {field}" in err and problem in err, err
