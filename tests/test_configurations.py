@@ -235,3 +235,27 @@ def test_eval_files_take_configuration_blocks_with_the_same_errors(tmp_path, cap
         assert main(["eval", "--config", str(path)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"{path}:{line}: {field}" in err and problem in err, err
+
+
+def test_evaluate_reports_per_configuration_feature(tiny_policy, box, task):
+    from orchlib.evaluate import evaluate
+
+    _, tok = tiny_policy
+    seen = task.model_copy(update={"id": "seen"})
+    train = ConfigurationSpace(tools=("gpt4", "calculator"), aliases=AliasPool(names=("a1", "a2")),
+                               price=PriceSpace(factor=Values(choices=(0.5,))))
+    test = ConfigurationSpace(name="test", tools=("mixtral", "calculator"), aliases=AliasPool(names=("b1", "b2")),
+                              price=PriceSpace(factor=Values(choices=(2.0,))), held_out=("aliases", "prices"))
+    env = Environment(train=[seen], test=[task], tools=box, configurations=train, test_configurations=test,
+                      reward="rewards/toolorchestra.yaml")
+    model = next(o.alias for o in env.configuration(task).tools if o.backend == "mixtral")
+    engine = ScriptedEngine(tok, {"janet": [call(model)], "seen": ["18"]}, tasks=[task, seen])
+    report = evaluate(engine, env, tasks=[task, seen])
+    by = report.metrics["by_configuration"]
+    assert {k: v["n"] for k, v in by["held_out"].items()} == {"held-out: aliases+prices": 1, "seen": 1}
+    assert {k: v["n"] for k, v in by["space"].items()} == {"test": 1, "train": 1}
+    assert {k: v["n"] for k, v in by["backend"].items()} == {"calculator": 2, "gpt4": 1, "mixtral": 1}
+    assert set(by["price_band"]) == {"below list (×<0.8)", "above list (×>1.25)"}
+    held = by["held_out"]["held-out: aliases+prices"]
+    assert held["calls"] == {"mixtral": {"count": 1, "mean": 1.0, "share": 1.0}}  # by backend, not alias
+    assert "held_out held-out: aliases+prices" in report.table()
