@@ -259,3 +259,21 @@ def test_evaluate_reports_per_configuration_feature(tiny_policy, box, task):
     held = by["held_out"]["held-out: aliases+prices"]
     assert held["calls"] == {"mixtral": {"count": 1, "mean": 1.0, "share": 1.0}}  # by backend, not alias
     assert "held_out held-out: aliases+prices" in report.table()
+
+
+def test_a_sweep_over_p_keeps_each_task_s_configuration(tiny_policy, box, task):
+    from orchlib.sweep import sweep
+
+    _, tok = tiny_policy
+    from orchlib.configurations import bind
+    from orchlib.reward import Reward
+
+    s = space()
+    c = draw(bind(s, box), s.seed, task.id, 0)
+    alias = next(o.alias for o in c.tools if o.backend == "mixtral")
+    result = sweep(ScriptedEngine(tok, [call(alias)]), [task], box, [PROFILES["accuracy"], PROFILES["thrifty"]],
+                   reward=Reward.load("rewards/toolorchestra.yaml"), configurations=s)
+    trajs = result.report.trajectories
+    assert [t.configuration for t in trajs] == [c, c] and [t.calls for t in trajs] == [{"mixtral": 1}] * 2
+    assert [p.preference.name for p in result.points] == ["accuracy", "thrifty"]
+    assert [t.preference["name"] for t in trajs] == ["accuracy", "thrifty"]
