@@ -277,3 +277,28 @@ def test_a_sweep_over_p_keeps_each_task_s_configuration(tiny_policy, box, task):
     assert [t.configuration for t in trajs] == [c, c] and [t.calls for t in trajs] == [{"mixtral": 1}] * 2
     assert [p.preference.name for p in result.points] == ["accuracy", "thrifty"]
     assert [t.preference["name"] for t in trajs] == ["accuracy", "thrifty"]
+
+
+def test_training_draws_each_step_s_configurations_and_the_panel_shows_them(tiny_policy, policy_cache):
+    from conftest import TOY_ROLLOUT
+
+    from orchlib.envs.toy import toy_tasks, toy_toolbox
+    from orchlib.models import load_policy
+    from orchlib.train import GRPOConfig, Trainer
+    from orchlib.widgets import TrainerPanel
+
+    model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))  # a private copy: it trains
+    s = ConfigurationSpace(aliases=AliasPool(generate=20), order="drawn",
+                           price=PriceSpace(factor=Values(choices=(0.5, 2.0))))
+    env = Environment(train=toy_tasks(2), tools=toy_toolbox(), configurations=s, reward="rewards/toolorchestra.yaml")
+    cfg = GRPOConfig(tasks_per_step=2, group_size=2, rollout=RolloutConfig(**TOY_ROLLOUT))
+    panel = TrainerPanel(Trainer((model, tok), env, cfg), background=False)
+    for step in (0, 1):
+        panel.step_button.click()
+        for t in panel.reports[-1].trajectories:  # the step's episode index: step 0, then step 1
+            assert t.configuration == env.configuration(next(x for x in env.train if x.id == t.task_id), step)
+            assert not set(t.calls) & set(t.configuration.aliases)  # counted by backend, never by alias
+    t = panel.reports[-1].trajectories[0]
+    page = panel.conversation.value
+    for o in t.configuration.tools:
+        assert f"<b>{o.alias}</b> → {o.backend} ({o.price.describe()})" in page
