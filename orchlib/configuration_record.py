@@ -20,11 +20,11 @@ class OfferedTool(BaseModel):
     """One tool as an episode offers it: shown as `alias`, answered by `backend`, at `price`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    alias: str
-    backend: str
-    price: Price
-    latency: Latency
-    description: str
+    alias: str = Field(description="the name the policy reads and calls")
+    backend: str = Field(description="the environment's tool that answers for it")
+    price: Price = Field(description="shown and charged: the call is billed at these prices")
+    latency: Latency = Field(description="declared: what a stand-in backend reports, and the prompt shows")
+    description: str = Field(description="shown to the policy (the price line is added when `show_prices`)")
     factor: float | None = Field(None, description="the drawn factor on the list price (None: prices drawn apart)")
 
 
@@ -32,14 +32,14 @@ class Configuration(BaseModel):
     """The concrete configuration of one episode: the offered tools in the order shown, and P."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    tools: tuple[OfferedTool, ...]
+    tools: tuple[OfferedTool, ...] = Field(description="the offered tools, in the order the list shows them")
     preference: dict[str, Any] | None = Field(None, description="the episode's P (Preference's fields); None: "
                                                                   "the task's own")
-    show_prices: bool = False
+    show_prices: bool = Field(False, description="each description ends with its price and latency")
     space: str = Field("", description="the space it was drawn from")
     held_out: tuple[str, ...] = Field((), description="parts training never showed (the space's declaration)")
-    seed: int | None = None
-    episode: int | None = None
+    seed: int | None = Field(None, description="the draw's seed (None: not drawn, e.g. written by hand)")
+    episode: int | None = Field(None, description="the episode index it was drawn for")
 
     @property
     def aliases(self) -> dict[str, str]:

@@ -58,7 +58,7 @@ from orchlib.trajectory import Observation
 
 __all__ = ["Values", "PriceSpace", "LatencySpace", "AliasPool", "Slot", "PreferenceSpace", "ConfigurationSpace",
            "BackendInfo", "OfferedTool", "Configuration", "ConfigurationError", "draw", "bind", "bind_spaces",
-           "generated_names", "AliasedTool", "EpisodeView", "episode_view", "episode_views",
+           "generated_names", "AliasedTool", "EpisodeView", "for_task", "episode_view", "episode_views",
            "recorded_configurations", "backend_counts", "reward_preference", "episode_prices", "episode_toolbox",
            "price_band", "HELD_OUT_PARTS"]
 
@@ -173,7 +173,7 @@ def generated_names(n: int, prefix: str = "tool_") -> tuple[str, ...]:
         raise ValueError(f"at most {len(_SYLLABLES) ** 2} generated names; asked for {n}")
     # a fixed stride through the syllable pairs, so consecutive names do not share their first syllable
     total = len(_SYLLABLES) ** 2
-    return tuple(prefix + _SYLLABLES[(i * 71 % total) // len(_SYLLABLES)] + _SYLLABLES[(i * 71 % total) %
+    return tuple(prefix + _SYLLABLES[(i * 1237 % total) // len(_SYLLABLES)] + _SYLLABLES[(i * 1237 % total) %
                                                                                       len(_SYLLABLES)]
                  for i in range(n))
 
@@ -266,9 +266,9 @@ class BackendInfo(BaseModel):
     latency and description (the draw scales and shows these)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    price: Price
-    latency: Latency
-    description: str
+    price: Price = Field(description="the card's list price")
+    latency: Latency = Field(description="the card's declared latency")
+    description: str = Field(description="the card's description")
 
 
 class ConfigurationSpace(BaseModel):
@@ -584,13 +584,18 @@ def episode_toolbox(configuration: Configuration, toolbox: Toolbox) -> Toolbox:
                    for t in configuration.tools)
 
 
+def for_task(configuration: Configuration, task: Task) -> Configuration:
+    """`configuration` as `task` runs under it: the task's own tool list (if any) still bounds what is
+    offered, so an alias whose backend the task does not offer is left out."""
+    if task.tools is None:
+        return configuration
+    allowed = set(task.tools)
+    return configuration.model_copy(update={"tools": tuple(t for t in configuration.tools if t.backend in allowed)})
+
+
 def episode_view(configuration: Configuration, task: Task, toolbox: Toolbox) -> EpisodeView:
-    """The view of `task` under `configuration`. The task's own tool list (if any) still bounds what is
-    offered: an alias whose backend the task does not offer is left out."""
-    if task.tools is not None:
-        allowed = set(task.tools)
-        configuration = configuration.model_copy(update={"tools": tuple(t for t in configuration.tools
-                                                                        if t.backend in allowed)})
+    """The view of `task` under `configuration` (`for_task`)."""
+    configuration = for_task(configuration, task)
     box = episode_toolbox(configuration, toolbox)
     P = (Preference.model_validate(configuration.preference) if configuration.preference is not None
          else task.preference or Preference(name="default"))

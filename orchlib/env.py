@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from orchlib.cards import ToolCard
-from orchlib.configurations import bind_spaces
+from orchlib.configurations import bind_spaces, for_task
 from orchlib.tasks import Task, UserSpec
 from orchlib.tools import FunctionTool, Tool, Toolbox, build_tool
 
@@ -156,10 +156,10 @@ class Environment:
         return self.configurations
 
     def configuration(self, task: Task, episode: int = 0):
-        """The Configuration of `task`'s `episode` (None without a space): `draw(space, space.seed, task.id,
-        episode)`."""
+        """The Configuration `task`'s `episode` runs under (None without a space): `draw(space, space.seed,
+        task.id, episode)`, less the tools the task does not offer (`for_task`)."""
         space = self.configuration_space(task)
-        return None if space is None else space.configuration(task.id, episode)
+        return None if space is None or space.identity else for_task(space.configuration(task.id, episode), task)
 
     def replace(self, **changes: Any) -> Environment:
         """A copy with `changes` (checked as a new environment is)."""

@@ -302,3 +302,17 @@ def test_training_draws_each_step_s_configurations_and_the_panel_shows_them(tiny
     page = panel.conversation.value
     for o in t.configuration.tools:
         assert f"<b>{o.alias}</b> → {o.backend} ({o.price.describe()})" in page
+
+
+def test_the_guide_s_snippets_run():
+    """docs/configurations.md: its Python blocks, in order, in one namespace (they build on each other)."""
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "configurations.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/configurations.md", "exec"), namespace)  # noqa: S102  (our own docs)
+    t, shown = namespace["t"], namespace["shown"]
+    assert t.configuration == shown and t.outcome in (0.0, 1.0) and t.turns[0].observations[0].tool in shown.aliases
