@@ -316,3 +316,44 @@ def test_the_guide_s_snippets_run():
         exec(compile(block, "docs/configurations.md", "exec"), namespace)  # noqa: S102  (our own docs)
     t, shown = namespace["t"], namespace["shown"]
     assert t.configuration == shown and t.outcome in (0.0, 1.0) and t.turns[0].observations[0].tool in shown.aliases
+
+
+class _ChatReadingTools:
+    """An API-style policy that calls the last tool of the list it is given, whatever its name."""
+
+    name, max_in_flight = "chat", 1
+
+    def __init__(self):
+        self.seen: list[list[str]] = []
+
+    def start(self, system, user, tools):
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def session(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    async def chat(self, messages, tools, session):
+        from orchlib.engines.openai import ChatReply, PolicyCall
+
+        names = [t["function"]["name"] for t in tools]
+        self.seen.append(names)
+        call = ToolCall(name=names[-1])
+        return ChatReply(text="", content="", calls=[PolicyCall(call)], message={"role": "assistant", "content": ""},
+                         tokens_in=10, tokens_out=5)
+
+
+def test_an_api_policy_reads_the_aliases_and_its_call_reaches_the_backend(box, task):
+    env = env_of(box, task, tools=(Slot(backends=("gpt4",), description="A tool."),
+                                   Slot(backends=("mixtral",), description="A tool.")))
+    policy = _ChatReadingTools()
+    t = rollout(env, policy, config=CONFIG, episode=2)[0]
+    c = env.configuration(task, 2)
+    assert policy.seen == [[o.alias for o in c.tools]]
+    last = c.tools[-1]
+    obs = t.turns[0].observations[0]
+    direct = box[last.backend].call_sync({}, ToolContext(task_id=task.id, prompt=task.prompt))
+    assert (obs.tool, obs.content, t.calls) == (last.alias, direct.content, {last.backend: 1})
+    assert obs.cost_usd == pytest.approx(direct.tokens_in * last.price.per_m_input / 1e6
+                                         + direct.tokens_out * last.price.per_m_output / 1e6, rel=1e-12)
