@@ -569,10 +569,12 @@ class EpisodeView:
 def _alias_card(card: ToolCard, offered: OfferedTool, show_prices: bool) -> ToolCard:
     description = offered.description
     update = {"name": offered.alias, "price": offered.price, "latency": offered.latency}
-    card = card.model_copy(update=update)  # validated fields, all of them; a copy keeps the card's origin
+    card = card.model_copy(update=update)  # validated fields, all of them
     if show_prices:
         description = f"{description.strip()}\n{card.describe_costs()}"
-    return card.model_copy(update={"description": description})
+    card = card.model_copy(update={"description": description})
+    card._origin = None  # drawn, not read from the backend's file: findings name `<card ALIAS>`, not its lines
+    return card
 
 
 def episode_toolbox(configuration: Configuration, toolbox: Toolbox) -> Toolbox:

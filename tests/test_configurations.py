@@ -357,3 +357,17 @@ def test_an_api_policy_reads_the_aliases_and_its_call_reaches_the_backend(box, t
     assert (obs.tool, obs.content, t.calls) == (last.alias, direct.content, {last.backend: 1})
     assert obs.cost_usd == pytest.approx(direct.tokens_in * last.price.per_m_input / 1e6
                                          + direct.tokens_out * last.price.per_m_output / 1e6, rel=1e-12)
+
+
+def test_the_audit_checks_an_episode_s_prices_under_its_aliases(box):
+    from orchlib.audit import check_prices
+    from orchlib.configurations import bind, episode_toolbox
+
+    s = bind(space(price=PriceSpace(factor=Values(choices=(2.0,)))), box)
+    c = draw(s, 0, "any", 0)
+    gpt4 = next(o.alias for o in c.tools if o.backend == "gpt4")
+    found = {(f.card, f.field): f for f in check_prices(episode_toolbox(c, box), factor=1.5).findings}
+    listed = {(f.card, f.field): f for f in check_prices(box, factor=1.5).findings}
+    assert listed[("gpt4", "price")].kind == "ok"  # the card's list price is the table's (10 / 30)
+    off = found[(gpt4, "price.per_m_output")]
+    assert (off.kind, off.card_value, off.model, off.file) == ("off", 60.0, "gpt-4-1106-preview", f"<card {gpt4}>")
