@@ -358,7 +358,15 @@ def bind(space: ConfigurationSpace, toolbox: Toolbox, where: str = "configuratio
                                                        "name; give `aliases`")
     catalog = {n: BackendInfo(price=toolbox[n].card.price, latency=toolbox[n].card.latency,
                               description=toolbox[n].card.description) for n in dict.fromkeys(names)}
-    return space.model_copy(update={"catalog": catalog})
+    bound = space.model_copy(update={"catalog": catalog})
+    most = max(space.sizes or (len(bound.slots),))
+    if space.sizes is not None and most > len(bound.slots):  # (checked against `tools` when they are given)
+        raise ConfigurationError((where, "sizes"), f"{most} tools offered, but the environment has {len(bound.slots)}")
+    if space.aliases is not None and len(space.aliases.pool) < most:
+        raise ConfigurationError((where, "aliases"), f"{len(space.aliases.pool)} names for up to {most} tools")
+    if not bound.slots:
+        raise ConfigurationError((where, "tools"), "empty subset: the environment has no tools to offer")
+    return bound
 
 
 def bind_spaces(train: Any, test: Any, toolbox: Toolbox, env_name: str = "custom"

@@ -371,3 +371,20 @@ def test_the_audit_checks_an_episode_s_prices_under_its_aliases(box):
     assert listed[("gpt4", "price")].kind == "ok"  # the card's list price is the table's (10 / 30)
     off = found[(gpt4, "price.per_m_output")]
     assert (off.kind, off.card_value, off.model, off.file) == ("off", 60.0, "gpt-4-1106-preview", f"<card {gpt4}>")
+
+
+@pytest.mark.parametrize("train, test, where, problem", [
+    (ConfigurationSpace(sizes=(5,)), None, "configurations.sizes", "5 tools offered, but the environment has 4"),
+    (ConfigurationSpace(held_out=("prices",)), None, "configurations.held_out",
+     "held-out parts belong to the test space"),
+    (ConfigurationSpace(price=PriceSpace(factor=(0.5, 1.5))),
+     ConfigurationSpace(name="test", price=PriceSpace(factor=(1.2, 3.0)), held_out=("prices",)),
+     "test_configurations.price", "held-out price factors [1.2, 3] overlap training's [0.5, 1.5]"),
+    (ConfigurationSpace(tools=("gpt4", "calculator")),
+     ConfigurationSpace(name="test", tools=("gpt4", "mixtral"), held_out=("backends",)),
+     "test_configurations.tools", "held-out backends ['gpt4'] are offered in training"),
+])
+def test_a_space_that_does_not_fit_its_world_is_an_error_naming_the_field(box, task, train, test, where, problem):
+    with pytest.raises(ConfigurationError) as e:
+        Environment(train=[task], tools=box, configurations=train, test_configurations=test)
+    assert str(e.value).startswith(f"{where}: {problem}") and "\n" not in str(e.value)
