@@ -104,7 +104,9 @@ class Environment:
     """A task world. `train`/`test`: the splits (one may be empty); `tools`: a Toolbox, a folder of
     cards, or a list of cards, tools and functions; `reward`: a reward file's path or any
     `RewardFunction` (None: rollouts and evaluations without a reward; training needs one); `prompt`:
-    RolloutConfig fields of `PROMPT_FIELDS` this world renders its prompts with; `name`: for reports.
+    RolloutConfig fields of `PROMPT_FIELDS` this world renders its prompts with; `name`: for reports;
+    `configurations` / `test_configurations`: ConfigurationSpaces (orchlib.configurations) each
+    episode's offered tools, aliases, prices and P are drawn from (train tasks / test tasks).
     Frozen: `env.replace(reward=...)` gives a changed copy."""
 
     train: Sequence[Task] = ()
