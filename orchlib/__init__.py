@@ -26,6 +26,8 @@ _EXPORTS: dict[str, str] = {
     # the task world every API takes
     "Environment": "orchlib.env", "RewardFunction": "orchlib.env", "make_environment": "orchlib.envs",
     "ENVIRONMENTS": "orchlib.envs",
+    "ConfigurationSpace": "orchlib.configurations", "Configuration": "orchlib.configurations",
+    "Slot": "orchlib.configurations", "AliasPool": "orchlib.configurations", "PriceSpace": "orchlib.configurations",
     # tools
     "ToolCard": "orchlib.cards", "load_card": "orchlib.cards", "load_cards": "orchlib.cards",
     "save_card": "orchlib.cards", "validate_cards": "orchlib.tools", "CardError": "orchlib.cards",

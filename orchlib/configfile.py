@@ -12,7 +12,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from orchlib import safeyaml
 
-__all__ = ["ConfigFileError", "load_config", "merged", "dotted"]
+__all__ = ["ConfigFileError", "load_config", "merged", "dotted", "located"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,6 +49,18 @@ def load_config(path: str | os.PathLike, model: type[M], base: M | None = None) 
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"]
         field = ".".join(str(x) for x in loc) or "(file)"
         raise ConfigFileError(f"{path}:{_line(tree, loc)}: {field}: {msg}") from None
+
+
+def located(path: str | os.PathLike, loc: tuple[Any, ...], problem: str) -> ConfigFileError:
+    """`FILE:LINE: field: problem` for a problem found after loading (a value the file's world rejects),
+    the line that of the deepest part of `loc` the file holds."""
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "(file)"
+    try:
+        tree = safeyaml.load(YAML(typ="rt"), Path(path).read_text(encoding="utf-8"))
+        line = _line(tree, tuple(loc)) if isinstance(tree, dict) else 1
+    except (OSError, UnicodeDecodeError, safeyaml.YAMLInputError):
+        line = 1
+    return ConfigFileError(f"{path}:{line}: {field}: {problem}")
 
 
 def merged(config: M, updates: dict[str, Any]) -> M:

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from orchlib.cards import ToolCard
+from orchlib.configurations import bind_spaces, for_task
 from orchlib.tasks import Task, UserSpec
 from orchlib.tools import FunctionTool, Tool, Toolbox, build_tool
 
@@ -103,7 +104,9 @@ class Environment:
     """A task world. `train`/`test`: the splits (one may be empty); `tools`: a Toolbox, a folder of
     cards, or a list of cards, tools and functions; `reward`: a reward file's path or any
     `RewardFunction` (None: rollouts and evaluations without a reward; training needs one); `prompt`:
-    RolloutConfig fields of `PROMPT_FIELDS` this world renders its prompts with; `name`: for reports.
+    RolloutConfig fields of `PROMPT_FIELDS` this world renders its prompts with; `name`: for reports;
+    `configurations` / `test_configurations`: ConfigurationSpaces (orchlib.configurations) each
+    episode's offered tools, aliases, prices and P are drawn from (train tasks / test tasks).
     Frozen: `env.replace(reward=...)` gives a changed copy."""
 
     train: Sequence[Task] = ()
@@ -112,6 +115,10 @@ class Environment:
     reward: Any = None
     prompt: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     name: str = "custom"
+    # per-episode tool configurations (orchlib.configurations): drawn for train tasks (and test ones without
+    # a test space), and for test tasks; None: the tools as they are
+    configurations: Any = None
+    test_configurations: Any = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -128,6 +135,10 @@ class Environment:
             raise ValueError(f"environment {name!r}: prompt: {unknown} are not prompt settings; they are "
                              f"{list(PROMPT_FIELDS)} (the others belong to the run's RolloutConfig)")
         set_("prompt", MappingProxyType(dict(self.prompt)))
+        spaces = bind_spaces(self.configurations, self.test_configurations, self.tools, name)
+        set_("configurations", spaces[0])
+        set_("test_configurations", spaces[1])
+        set_("_test_ids", frozenset(t.id for t in self.test))
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -138,6 +149,19 @@ class Environment:
     def users(self) -> dict[str, UserSpec | str | Callable[[Any], Any]]:
         """task id → the user who answers that task's turns without calls (tasks without one left out)."""
         return {t.id: t.user for t in self.tasks if t.user is not None}
+
+    def configuration_space(self, task: Task):
+        """The ConfigurationSpace `task`'s episodes draw from: the test space for a test task (when there is
+        one), else the training space; None: the tools as they are."""
+        if self.test_configurations is not None and task.id in self._test_ids:  # type: ignore[attr-defined]
+            return self.test_configurations
+        return self.configurations
+
+    def configuration(self, task: Task, episode: int = 0):
+        """The Configuration `task`'s `episode` runs under (None without a space): `draw(space, space.seed,
+        task.id, episode)`, less the tools the task does not offer (`for_task`)."""
+        space = self.configuration_space(task)
+        return None if space is None or space.identity else for_task(space.configuration(task.id, episode), task)
 
     def replace(self, **changes: Any) -> Environment:
         """A copy with `changes` (checked as a new environment is)."""

@@ -37,6 +37,7 @@ from fractions import Fraction
 from typing import Any, ClassVar, Mapping, Sequence
 
 from orchlib.cards import Price, ToolCard
+from orchlib.configurations import episode_prices
 from orchlib.evaluate import format_table
 from orchlib.trajectory import Observation, Trajectory
 
@@ -196,6 +197,8 @@ def _turn_inputs(t: Trajectory) -> list[int | None]:
 
 def _observation_lines(k: int, o: Observation, price: Price | None) -> list[Line]:
     payer = o.tool or "(rejected)"
+    if o.meta.get("backend"):  # a tool under an episode's alias: both names
+        payer = f"{payer} ({o.meta['backend']})"
     cost = Fraction(o.cost_usd)
     if price is None:
         return [Line(k, payer, "other", cost)] if cost else []
@@ -235,6 +238,7 @@ def _beyond_rounding(rest: Fraction, cost: Fraction) -> bool:
 def _bill(t: Trajectory, prices: Mapping[str, Price], own: tuple[Fraction, Fraction] | None,
           user_price: Price | None, warnings: list[str]) -> EpisodeBill:
     bill = EpisodeBill(t.task_id, t.group_index, t.cost_usd, t.user_cost_usd)
+    prices = episode_prices(t, prices)  # an episode's aliases at the prices it showed and charged
     inputs = _turn_inputs(t)
     for k, (turn, read) in enumerate(zip(t.turns, inputs), 1):
         tool_lines: list[Line] = []

@@ -34,6 +34,7 @@ from pydantic import ConfigDict, Field
 from orchlib.cards.costs import MAX_PRICE
 from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls,
                           template_renders_tools, tools_block)
+from orchlib.configurations import backend_counts, episode_views
 from orchlib.engines.base import ChatPolicy, Engine, SamplingParams
 from orchlib.env import Environment, bind_older
 from orchlib.settings import Settings
@@ -183,13 +184,17 @@ def _preference_dump(task: Task) -> dict:
 class _Episode:
     """Mutable state of one trajectory while it runs."""
 
-    def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict], keep_env: bool = False):
+    def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict], keep_env: bool = False,
+                 view=None):
         self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
+        self.toolbox = None if view is None else view.toolbox  # a configuration's tools under their aliases
         self.keep_env = keep_env  # else `_finish` lets the env go: a database copy per episode adds up
         # Built without validation: every field is already of its type (the task's fields are validated,
         # the ids are the tokenizer's ints), and validating three prompt-long lists per episode copies them.
         self.traj = Trajectory.begin(task.id, index, task.prompt, task.category, _preference_dump(task),
                                      prompt_ids)
+        if view is not None:  # the P the reward weighs (per-tool weights by backend), and the configuration
+            self.traj.set_fields(preference=view.preference.model_dump(), configuration=view.configuration)
         self.errors: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.done = False
@@ -200,7 +205,7 @@ class _Episode:
 
 def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *older,
             config: RolloutConfig | None = None, group_size: int = 1, seed: int | None = None,
-            tasks: Sequence[Task] | None = None, return_envs: bool = False):
+            tasks: Sequence[Task] | None = None, return_envs: bool = False, configurations=None, episode: int = 0):
     """Run `group_size` episodes of every task of `env` (its train split, or `tasks`), with the
     environment's toolbox and prompt settings (`Environment.rollout_config`); returns trajectories
     task-major (task 0's G first), and with `return_envs=True` a pair `(trajectories, envs)`: each
@@ -212,7 +217,11 @@ def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *old
 
     `config`, `group_size` and `seed` may also follow the engine positionally. The older form
     `rollout(tasks, toolbox, engine, config, group_size, seed)` still works: the tasks and the toolbox
-    as given, the config as it is."""
+    as given, the config as it is.
+
+    Tool configurations (orchlib.configurations): each task's G episodes run under the configuration
+    its space draws for (`task.id`, `episode`; a trainer passes its step): the environment's
+    `configuration_space(task)`, or `configurations` (a ConfigurationSpace, or a function task → space)."""
     defaults = {"config": None, "group_size": 1, "seed": None}
     given = {"config": config, "group_size": group_size, "seed": seed}
     if isinstance(env, Environment):
@@ -221,6 +230,7 @@ def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *old
         if tasks is None and not run:
             raise ValueError(f"environment {env.name!r} has no train tasks: pass tasks= (e.g. env.test)")
         toolbox, cfg = env.tools, env.rollout_config(RolloutConfig() if args["config"] is None else args["config"])
+        configurations = env.configuration_space if configurations is None else configurations
     else:
         if tasks is not None:
             raise TypeError("tasks= goes with an Environment: rollout(env, engine, tasks=...); the older form "
@@ -232,15 +242,16 @@ def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *old
                           given, defaults)
         run, toolbox, engine, cfg = env, engine, args["engine"], (RolloutConfig() if args["config"] is None
                                                                   else args["config"])
-    return _rollout(run, toolbox, engine, cfg, args["group_size"], args["seed"], return_envs)
+    return _rollout(run, toolbox, engine, cfg, args["group_size"], args["seed"], return_envs, configurations, episode)
 
 
 def _rollout(tasks: Sequence[Task], toolbox, engine: Engine | ChatPolicy, config: RolloutConfig, group_size: int,
-             seed: int | None, return_envs: bool):
+             seed: int | None, return_envs: bool, configurations=None, episode: int = 0):
+    views = episode_views(tasks, toolbox, configurations, episode)
     if callable(getattr(engine, "chat", None)):
-        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_envs))
+        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_envs, views))
     else:
-        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_envs)
+        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_envs, views)
     trajectories = [ep.traj for ep in done]
     return (trajectories, [ep.env for ep in done]) if return_envs else trajectories
 
@@ -252,18 +263,19 @@ def _user_segment(text: str) -> str:
 
 
 def _local_rollout(tasks: Sequence[Task], toolbox, engine: Engine, config: RolloutConfig, group_size: int,
-                   seed: int | None, keep_envs: bool = False) -> list[_Episode]:
+                   seed: int | None, keep_envs: bool = False, views=None) -> list[_Episode]:
     tok = engine.tokenizer
     eos = tok.convert_tokens_to_ids(IM_END)
     if eos is None or eos == tok.unk_token_id:
         eos = tok.eos_token_id
     episodes: list[_Episode] = []
-    for task in tasks:
-        schemas = tool_schemas(toolbox, task, config.tool_schema)
+    for task, view in zip(tasks, views or [None] * len(tasks)):
+        box, task = (toolbox, task) if view is None else (view.toolbox, view.task)  # as the configuration shows it
+        schemas = tool_schemas(box, task, config.tool_schema)
         known = getattr(tok, "prompt_ids", None)  # a tokenizer that keeps each task's prompt (TokenizeMemo)
         ids = known(task, schemas, config) if known is not None else _encode(tok, render_prompt(task, schemas, tok,
                                                                                                 config))
-        episodes += [_Episode(task, g, ids, schemas, keep_envs) for g in range(group_size)]
+        episodes += [_Episode(task, g, ids, schemas, keep_envs, view) for g in range(group_size)]
     follows = getattr(engine, "start_rollout", None)  # an engine that writes per task (ScriptedEngine): the
     if follows is not None:                            # first call's prompts are these episodes, in order
         follows([(e.task.id, e.traj.group_index) for e in episodes])
@@ -352,7 +364,7 @@ _INSTANT_CHECKERS = frozenset({"exact", "contains", "mentions", "numeric"})
 
 
 async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: RolloutConfig, group_size: int,
-                        keep_envs: bool = False) -> list[_Episode]:
+                        keep_envs: bool = False, views=None) -> list[_Episode]:
     """The loop for a policy reached by messages (an API): each episode runs on its own, at most
     `engine.max_in_flight` at once, so a server's latency overlaps across episodes. Tools, accounting
     and endings are the local loop's; the policy reads the full OpenAI tool schemas."""
@@ -362,14 +374,15 @@ async def _chat_rollout(tasks: list[Task], toolbox, engine: ChatPolicy, config: 
         raise ValueError('preference_at="assistant" prefills the policy\'s own turn, which an API policy cannot '
                          'continue; use "system" or "user"')
     episodes: list[tuple[_Episode, list[dict]]] = []
-    for task in tasks:
-        schemas = tool_schemas(toolbox, task, "full")
+    for task, view in zip(tasks, views or [None] * len(tasks)):
+        box, task = (toolbox, task) if view is None else (view.toolbox, view.task)  # as the configuration shows it
+        schemas = tool_schemas(box, task, "full")
         system = config.system_prompt
         if config.show_preference and config.preference_at in ("system", "system_end"):  # no template: same place
             system += "\n" + preference_line(task, config)
         start = engine.start(system, user_message(task, config), schemas)
         for g in range(group_size):
-            ep = _Episode(task, g, [], schemas, keep_envs)
+            ep = _Episode(task, g, [], schemas, keep_envs, view)
             ep.traj.meta = {"trainable": False, "policy": engine.name, "requests": 0, "tokens_in": 0,
                             "tokens_out": 0}
             episodes.append((ep, list(start)))
@@ -447,7 +460,7 @@ def _run_tools(pending, asking, toolbox, config: RolloutConfig) -> None:
     async def all_():
         # Calls that only stand-ins answer (replay, simulated: nothing is waited for) are awaited one
         # episode after another, without a task each; the others run concurrently, as before.
-        instant = [_stand_ins_only(calls, toolbox) for _, _, calls in pending]
+        instant = [_stand_ins_only(calls, toolbox if ep.toolbox is None else ep.toolbox) for ep, _, calls in pending]
         quick = {i: await _call_tools(pending[i][0], pending[i][2], toolbox, config)
                  for i in range(len(pending)) if instant[i]}
         rest = await asyncio.gather(*(_call_tools(ep, calls, toolbox, config)
@@ -489,6 +502,8 @@ async def _call_tools(ep: _Episode, calls, toolbox, config: RolloutConfig) -> tu
     calls took together (the slowest concurrent call, or the stateful calls' sum when longer)."""
     if not calls:
         return [], 0.0
+    if ep.toolbox is not None:  # the episode's configuration: its aliases, prices and latencies
+        toolbox = ep.toolbox
     ctx = _EpisodeContext(ep)
     # a tool the task does not offer is unknown to this episode, even if the toolbox has it
     offered = [i for i, c in enumerate(calls) if ep.task.tools is None or c.name in ep.task.tools]
@@ -572,7 +587,8 @@ def _finish(ep: _Episode, reason: str) -> None:
     t = ep.traj
     users = [turn.user for turn in t.turns if turn.user is not None]  # the user's bill, apart
     # Set at once: pydantic's per-attribute assignment costs more than these sums.
-    t.set_fields(finish_reason=reason, calls=dict(sorted(ep.calls.items())), errors=dict(sorted(ep.errors.items())),
+    t.set_fields(finish_reason=reason, calls=backend_counts(ep.calls, t.configuration),  # by backend: reward's calls[t]
+                 errors=dict(sorted(ep.errors.items())),
                  cost_usd=sum(turn.cost_usd for turn in t.turns), latency_s=sum(turn.latency_s for turn in t.turns),
                  user_cost_usd=sum(u.cost_usd for u in users), user_latency_s=sum(u.latency_s for u in users))
     # The observation a `final` tool answered with (its recorded grade, for the `recorded` checker).

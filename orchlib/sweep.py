@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from orchlib.baselines import RouteEngine, Trials, route_stats, routes, try_routes
+from orchlib.configurations import bind, draw
 from orchlib.evaluate import EvalReport, evaluate, format_table, frontier, under_profiles
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task
@@ -325,13 +326,18 @@ class SweepResult:
 
 def sweep(policy, tasks: Sequence[Task], toolbox, preferences: Sequence[Preference], *, reward=None,
           config: RolloutConfig | None = None, group_size: int = 1, seed: int | None = 0, name: str | None = None,
-          references: Mapping[str, Any] | None = None, batch_size: int | None = None) -> SweepResult:
+          references: Mapping[str, Any] | None = None, batch_size: int | None = None,
+          configurations: Any = None) -> SweepResult:
     """Evaluate `policy` on every task under every P of `preferences` (each task copied once per P, its
     id suffixed `@<P's name>`, nothing else changed), in one `orchlib.evaluate.evaluate` call.
 
     `references`: name → an EvalReport or a (cost, accuracy[, latency]) point, e.g. the baselines and
     the oracle on the same tasks (a fixed router ignores P: one point each); the result compares their
-    hypervolumes with the sweep's. P names must differ: they key the points."""
+    hypervolumes with the sweep's. P names must differ: they key the points.
+
+    `configurations`: a ConfigurationSpace (orchlib.configurations) drawn once per task (by its own id,
+    episode 0) and kept for all of the task's copies, so the points differ in P alone; the space must
+    not draw P itself (the sweep sets it)."""
     prefs = list(preferences)
     if not prefs:
         raise ValueError("a sweep needs at least one preference")
@@ -340,9 +346,10 @@ def sweep(policy, tasks: Sequence[Task], toolbox, preferences: Sequence[Preferen
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"preference names must differ (they key the sweep's points): {twice} used twice")
     copies = under_profiles(list(tasks), prefs)
+    drawn = _configured_copies(list(tasks), prefs, toolbox, configurations) if configurations is not None else None
     label = name or getattr(policy, "name", None) or type(policy).__name__
     report = evaluate(policy, copies, toolbox, reward=reward, config=config, group_size=group_size, name=label,
-                      seed=seed, batch_size=batch_size)
+                      seed=seed, batch_size=batch_size, configurations=drawn)
     by_profile = report.metrics["by_profile"]
     points = []
     for p in prefs:
@@ -351,6 +358,18 @@ def sweep(policy, tasks: Sequence[Task], toolbox, preferences: Sequence[Preferen
                                  {t: v["share"] for t, v in s["calls"].items()}, s["reward"]))
     refs = {str(k): _reference_numbers(v) for k, v in (references or {}).items()}
     return SweepResult(label, points, refs, report)
+
+
+def _configured_copies(tasks: list[Task], prefs: list[Preference], toolbox, space) -> Any:
+    """copy of a task → the configuration its task drew (one per task, whatever P the copy has)."""
+    if space.preference is not None:
+        raise ValueError("sweep: the configurations space draws P, which the sweep sets; leave its preference unset")
+    bound = space if space.catalog else bind(space, toolbox)
+    by_copy = {}
+    for task in tasks:
+        c = draw(bound, bound.seed, task.id, 0)
+        by_copy.update({f"{task.id}@{p.name}": c for p in prefs})
+    return lambda task: by_copy.get(task.id)
 
 
 # ---------------------------------------------------------------------------------------------- a baseline that reads P

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from orchlib.atomic import write_text_atomic
+from orchlib.configuration_record import Configuration
 
 __all__ = ["ToolCall", "Observation", "ErrorKind", "ERROR_KINDS", "UserTurn", "Turn", "Trajectory",
            "new_turn", "new_tool_call", "new_observation", "set_fields", "to_json_line", "write_jsonl", "read_jsonl"]
@@ -111,6 +112,9 @@ class Trajectory(BaseModel):
     calls: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
     meta: dict[str, Any] = Field(default_factory=dict)
+    # The episode's tool configuration (orchlib.configurations): aliases → backends, prices, P. Left out of
+    # the JSON when None, so an episode without one is written as before and old files load.
+    configuration: Configuration | None = Field(None, exclude_if=lambda c: c is None)
 
     @classmethod
     def begin(cls, task_id: str, group_index: int, prompt: str, category: str, preference: dict[str, Any],
@@ -124,7 +128,7 @@ class Trajectory(BaseModel):
             task_id=task_id, group_index=group_index, prompt=prompt, preference=preference, category=category,
             turns=[], ids=list(prompt_ids), mask=[0] * n, logprobs=[0.0] * n, prompt_len=n, final_answer=None,
             finish_reason="", outcome=0.0, cost_usd=0.0, latency_s=0.0, user_cost_usd=0.0, user_latency_s=0.0,
-            calls={}, errors={}, meta={}))
+            calls={}, errors={}, meta={}, configuration=None))
 
     def set_fields(self, **values: Any) -> None:
         """Several fields set at once, as plain assignments set them (assignments are not validated: no

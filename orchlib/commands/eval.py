@@ -18,6 +18,7 @@ from typing import Any, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchlib.cards import Price
+from orchlib.configurations import ConfigurationSpace
 from orchlib.engines.openai import APIPolicyConfig
 from orchlib.judge import JudgeConfig
 
@@ -53,6 +54,11 @@ class EvalFileConfig(BaseModel):
         None, description="how tools are listed to local policies (None: the environment's choice, else 'full')")
     judge: JudgeConfig | None = Field(None, description="grades the tasks whose checker is 'judge'")
     out: str = Field("out/eval", description="folder for the table, metrics and trajectories")
+    configurations: ConfigurationSpace | None = Field(None, description="per-episode tool configurations "
+                                                      "(docs/configurations.md): the training space, against which "
+                                                      "`test_configurations` declares what is held out")
+    test_configurations: ConfigurationSpace | None = Field(None, description="those the evaluated (test) tasks "
+                                                           "draw; empty: `configurations`")
 
     @model_validator(mode="after")
     def _one_task_source(self) -> EvalFileConfig:
@@ -171,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = settings(args)
     writable_folder(cfg.out, "--out")  # before loading policies and minutes of rollouts, not at the first save
     try:
-        env = _environment(cfg)
+        env = _configured(_environment(cfg), cfg, args.config)
         policies = {p.name: _policy(p) for p in cfg.policies}
         judge = _judge(cfg.judge, cfg.out)  # reads its cache file: a corrupt one is bad input, named here
     except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError, ValueError) as e:
@@ -228,6 +234,18 @@ def _environment(cfg: EvalFileConfig):
         tasks = make_suite(cfg.suite_seed).test
     return Environment(train=[], test=tasks, tools=Toolbox.load(cfg.cards), reward=reward,
                        name=Path(cfg.tasks).stem if cfg.tasks else "orchestra-mini")
+
+
+def _configured(env: Any, cfg: EvalFileConfig, path: str | None) -> Any:
+    """`env` with the file's configuration spaces; one that does not fit its tools is `FILE:LINE: field`."""
+    from orchlib.configfile import located
+    from orchlib.configurations import ConfigurationError
+
+    spaces = {k: getattr(cfg, k) for k in ("configurations", "test_configurations") if getattr(cfg, k) is not None}
+    try:
+        return env.replace(**spaces) if spaces else env
+    except ConfigurationError as e:
+        raise ValueError(str(located(path, e.loc, e.problem)) if path else str(e)) from None
 
 
 def _one_line(e: Exception) -> str:

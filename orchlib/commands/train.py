@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.cards import CardError
     from orchlib.cli import UsageError
     from orchlib.commands._output import writable_folder
-    from orchlib.configfile import ConfigFileError, load_config
+    from orchlib.configfile import ConfigFileError, load_config, located
+    from orchlib.configurations import ConfigurationError
     from orchlib.models import PolicyLoadError
     from orchlib.reward import RewardFileError
     from orchlib.shipped import shipped_path
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         trainer = run_training(cfg, trust_code=args.trust_code)
     except (PolicyLoadError, CardError, RewardFileError, TaskFileError, HooksError) as e:  # before the first step
         raise UsageError(f"{args.config}: {e}") from None
+    except ConfigurationError as e:  # a configuration space that does not fit the run's world
+        raise UsageError(str(located(args.config, e.loc, e.problem))) from None
     except CheckpointError as e:  # the message names the checkpoint's file; the folder is left as it is
         raise UsageError(f"{e} (not resumed; move the folder away to start again)") from None
     except CheckpointSaveError as e:  # names the folder and the cause; the previous checkpoint is kept

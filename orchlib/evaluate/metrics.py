@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from orchlib.evaluate.by_configuration import configuration_groups
 from orchlib.trajectory import Trajectory
 
 __all__ = ["TrajectoryFigures", "summarize", "compute_metrics"]
@@ -56,7 +57,9 @@ def _error_tools(t: Trajectory | TrajectoryFigures) -> tuple[str, ...]:
     """The tool of each error observation, in order ("(policy)": rejected before a tool was found)."""
     if isinstance(t, TrajectoryFigures):
         return t.error_tools
-    return tuple(obs.tool or "(policy)" for turn in t.turns for obs in turn.observations if obs.error_kind)
+    # by backend where the tool wore an episode's alias, as Trajectory.calls counts them
+    return tuple(obs.meta.get("backend") or obs.tool or "(policy)" for turn in t.turns for obs in turn.observations
+                 if obs.error_kind)
 
 
 def _profile(t: Trajectory | TrajectoryFigures) -> str:
@@ -80,16 +83,19 @@ class TrajectoryFigures:
     errors: dict[str, int]
     finish_reason: str
     error_tools: tuple[str, ...]
+    configuration: Any = None  # the episode's tool configuration, if it had one
 
     @classmethod
     def of(cls, t: Trajectory) -> TrajectoryFigures:
         return cls(t.task_id, t.category, t.preference, t.outcome, t.cost_usd, t.latency_s, t.num_turns,
-                   t.calls, t.errors, t.finish_reason, _error_tools(t))
+                   t.calls, t.errors, t.finish_reason, _error_tools(t), t.configuration)
 
 
 def compute_metrics(trajectories: Sequence[Trajectory | TrajectoryFigures], rewards: Sequence[float] | None = None
                     ) -> dict[str, Any]:
-    """`summarize` overall, per category and per preference profile."""
+    """`summarize` overall, per category and per preference profile; where episodes ran under tool
+    configurations, also per configuration feature (`by_configuration`: space, held-out, price band,
+    backend offered; orchlib.evaluate.by_configuration)."""
     groups: dict[str, dict[str, list[int]]] = {"by_category": defaultdict(list), "by_profile": defaultdict(list)}
     for i, t in enumerate(trajectories):
         groups["by_category"][t.category or "general"].append(i)
@@ -101,4 +107,7 @@ def compute_metrics(trajectories: Sequence[Trajectory | TrajectoryFigures], rewa
     out: dict[str, Any] = {"overall": summarize(trajectories, rewards)}
     for key, by in groups.items():
         out[key] = {name: part(idx) for name, idx in sorted(by.items())}
+    features = configuration_groups(trajectories)
+    if features:
+        out["by_configuration"] = {f: {v: part(idx) for v, idx in by.items()} for f, by in features.items()}
     return out

@@ -60,11 +60,13 @@ class EvalReport:
     trajectories_path: Path | None = None
 
     def table(self) -> str:
-        """Overall, per category and per profile, one row each."""
+        """Overall, per category, per profile and per configuration feature, one row each."""
         m = self.metrics
         rows = [_row("overall", m["overall"])]
         rows += [_row(f"category {k}", v) for k, v in m["by_category"].items()]
         rows += [_row(f"profile {k}", v) for k, v in m["by_profile"].items()]
+        rows += [_row(f"{feature} {k}", v) for feature, by in m.get("by_configuration", {}).items()
+                 for k, v in by.items()]  # per tool-configuration feature, where episodes had configurations
         return f"policy: {self.name}\n" + format_table(_HEADER, rows)
 
     def to_json(self) -> str:

@@ -16,7 +16,8 @@ from orchlib.baselines import EVAL_ROLLOUT, collector_paused
 from orchlib.env import Environment, RewardFunction, as_reward, bind_older
 from orchlib.evaluate.metrics import TrajectoryFigures, compute_metrics
 from orchlib.evaluate.report import EvalReport
-from orchlib.rollout import RolloutConfig, rollout, shown_preference
+from orchlib.configurations import reward_preference
+from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.trajectory import Trajectory, to_json_line
 
@@ -26,7 +27,7 @@ __all__ = ["evaluate"]
 def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutConfig | None = None,
              group_size: int = 1, name: str | None = None, seed: int | None = 0, tasks: Sequence[Task] | None = None,
              reward: RewardFunction | None = None, batch_size: int | None = None,
-             trajectories_to: str | os.PathLike | None = None) -> EvalReport:
+             trajectories_to: str | os.PathLike | None = None, configurations=None, episode: int = 0) -> EvalReport:
     """Run `policy` (an Engine: a trained orchestrator or a baseline) on every task of `env`'s test split
     (or `tasks`), `group_size` times, with the environment's toolbox, reward and prompt settings
     (`config`: EVAL_ROLLOUT unless given; `reward` replaces the environment's).
@@ -43,6 +44,10 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
     (`TrajectoryFigures`): the report's `trajectories` is then empty and `trajectories_path` says where
     they are.
 
+    Tool configurations: each test task runs under the configuration its environment's space draws for
+    (`task.id`, `episode`; `env.configuration_space`), or `configurations` (a ConfigurationSpace, or a
+    function task → space) where given; `report.metrics["by_configuration"]` breaks the numbers down.
+
     `config`, `group_size`, `name` and `seed` may also follow `env` positionally. The older form
     `evaluate(policy, tasks, toolbox, reward, config, group_size, name, seed)` still works.
     """
@@ -56,6 +61,7 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
         tasks = env.test if tasks is None else tasks
         toolbox, reward = env.tools, env.reward if args["reward"] is None else as_reward(args["reward"])
         config = env.rollout_config(args["config"] or EVAL_ROLLOUT)
+        configurations = env.configuration_space if configurations is None else configurations
     else:
         if tasks is not None:
             raise TypeError("tasks= goes with an Environment: evaluate(policy, env, tasks=...); the older form "
@@ -81,7 +87,8 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
         for start in range(0, len(tasks), step):
             batch = tasks[start:start + step]
             with paused():
-                trajectories = rollout(batch, toolbox, policy, config, group_size=group_size, seed=seed)
+                trajectories = rollout(batch, toolbox, policy, config, group_size=group_size, seed=seed,
+                                       configurations=configurations, episode=episode)
                 if rewards is not None:
                     rewards += _group_rewards(trajectories, batch, group_size, reward)
                 for reason, task_id in _cut_before_any_call(trajectories):
@@ -104,7 +111,7 @@ def _group_rewards(trajectories: Sequence[Trajectory], tasks: Sequence[Task], gr
     out: list[float] = []
     for i, task in enumerate(tasks):
         group = list(trajectories[i * group_size:(i + 1) * group_size])
-        values = np.asarray(reward(group, P=shown_preference(task)), dtype=float)
+        values = np.asarray(reward(group, P=reward_preference(task, group)), dtype=float)
         if values.shape != (len(group),):
             raise ValueError(f"reward gave shape {values.shape} for a group of {len(group)} (task {task.id})")
         out += values.tolist()

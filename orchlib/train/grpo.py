@@ -42,7 +42,8 @@ import torch
 
 from orchlib.engines.base import TrainableEngine, exact_logprobs, shares_weights
 from orchlib.env import Environment, bind_older, reward_terms
-from orchlib.rollout import rollout, shown_preference
+from orchlib.configurations import reward_preference
+from orchlib.rollout import rollout
 from orchlib.tasks import Task
 from orchlib.train.checkpoint import (CheckpointError, abandon, commit, find_checkpoint, random_state_from_json,
                                       random_state_to_json, read_trainer_state, require, temporary_sibling)
@@ -194,12 +195,13 @@ class Trainer:
         bundles = hooks.sampler(self.rng, self.tasks, min(cfg.tasks_per_step, len(self.tasks)))
         local = [t for bundle in bundles[acc.process_index::acc.num_processes] for t in bundle]
         # rollout: G trajectories per task, group after group
-        trajs = rollout(self.env, self.engine, config=self.rollout_config, group_size=G, tasks=local) if local else []
+        trajs = rollout(self.env, self.engine, config=self.rollout_config, group_size=G, tasks=local,
+                        episode=self.step_count) if local else []  # episode: this step's tool configurations
         self.engine.clear_prefix_cache()  # the update below makes the kept keys/values stale: free them now
         t1 = time.perf_counter()
         groups = [trajs[i * G:(i + 1) * G] for i in range(len(local))]
         # rewards, under the P each task's prompt showed
-        rewards = np.array([self.reward(g, P=shown_preference(t)) for g, t in zip(groups, local)], dtype=np.float64)
+        rewards = np.array([self.reward(g, P=reward_preference(t, g)) for g, t in zip(groups, local)], dtype=np.float64)
         rewards = rewards.reshape(len(local), G)
         terms = self._term_means(groups, local)
         # advantages within each group; groups without reward spread are left out (the paper's filter)
@@ -254,7 +256,7 @@ class Trainer:
         """Mean contribution of each reward term, over the trajectories of every process."""
         sums: dict[str, float] = Counter()
         for g, t in zip(groups, tasks):
-            for name, values in reward_terms(self.reward, g, shown_preference(t)).items():
+            for name, values in reward_terms(self.reward, g, reward_preference(t, g)).items():
                 values = np.asarray(values, dtype=float)
                 sums[name] += float(values.sum())
                 sums["_n/" + name] += float(values.size)

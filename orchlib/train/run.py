@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from pydantic import ConfigDict, Field
 
+from orchlib.configurations import ConfigurationSpace
 from orchlib.env import Environment
 from orchlib.settings import Settings
 from orchlib.train.config import GRPOConfig
@@ -59,10 +60,16 @@ class RunConfig(Settings):
                                              "baselines, on the suite's test split (needs a suite, not `tasks`)")
     out: str = Field("runs/train", description="checkpoint and metrics folder; a rerun resumes from it")
     save_every: int = Field(10, ge=1, description="checkpoint every this many steps (and at the end)")
+    configurations: ConfigurationSpace | None = Field(None, description="per-episode tool configurations of the "
+                                                      "train tasks (docs/configurations.md); empty: the tools as "
+                                                      "they are")
+    test_configurations: ConfigurationSpace | None = Field(None, description="those of the test tasks (held-out "
+                                                           "aliases, prices, backends); empty: `configurations`")
 
 
 # RunConfig fields that name the run's world (an `env=` given to run_training replaces them)
-WORLD_FIELDS = frozenset({"cards", "reward", "tasks", "suite", "suite_seed", "suite_train", "suite_test"})
+WORLD_FIELDS = frozenset({"cards", "reward", "tasks", "suite", "suite_seed", "suite_train", "suite_test",
+                          "configurations", "test_configurations"})
 
 
 def load_environment(cfg: RunConfig) -> Environment:
@@ -70,9 +77,11 @@ def load_environment(cfg: RunConfig) -> Environment:
     train and test splits with its own cards (or `cards`); the reward file."""
     from orchlib.tasks import load_tasks
 
+    spaces = {k: v for k, v in (("configurations", cfg.configurations),
+                                ("test_configurations", cfg.test_configurations)) if v is not None}
     if cfg.tasks:
         return Environment(name=cfg.tasks, train=load_tasks(cfg.tasks), tools=cfg.cards or "toolcards",
-                           reward=cfg.reward)
+                           reward=cfg.reward, **spaces)
     from orchlib.envs import SUITES
 
     if cfg.suite not in SUITES:
@@ -80,7 +89,8 @@ def load_environment(cfg: RunConfig) -> Environment:
     sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
     suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
     env = suite.environment(cfg.reward)
-    return env.replace(tools=cfg.cards) if cfg.cards else env
+    changes = {**({"tools": cfg.cards} if cfg.cards else {}), **spaces}
+    return env.replace(**changes) if changes else env
 
 
 def load_world(cfg: RunConfig):

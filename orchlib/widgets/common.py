@@ -47,7 +47,8 @@ def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
     head = (f"<b>{_e(t.task_id)}</b> #{t.group_index} · {_e(t.category)} · P: {_e(p.get('name', 'default'))} "
             f"(accuracy={p.get('outcome', 1):g}, cost={p.get('cost', 0):g}, latency={p.get('latency', 0):g}"
             + "".join(f", {_e(k)}={v:g}" for k, v in sorted((p.get("tools") or {}).items())) + ")")
-    parts = [f"<div>{head}</div>", f"<div style='margin:4px 0'><b>user</b>: {_e(t.prompt)}</div>"]
+    parts = [f"<div>{head}</div>", *_configuration_html(t),
+             f"<div style='margin:4px 0'><b>user</b>: {_e(t.prompt)}</div>"]
     for i, turn in enumerate(t.turns, 1):
         parts.append(f"<div style='margin:4px 0'><b>assistant</b> (turn {i}) · {turn.tokens_out} ids · "
                      f"{turn.gen_latency_s:.3g} s · turn {_money(turn.cost_usd)}, {turn.latency_s:.3g} s"
@@ -61,7 +62,8 @@ def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
                 body = f" · <span style='{_ERROR_STYLE}'>error ({_e(o.error_kind)}): {_e(o.error)}</span>"
             else:
                 body = f"<pre style='white-space:pre-wrap;margin:2px 0'>{_e(o.content)}</pre>"
-            parts.append(f"<div style='margin-left:1.5em'>← <b>{_e(o.tool or 'orchestrator')}</b>{label} · "
+            behind = f" ({_e(o.meta['backend'])})" if o.meta.get("backend") else ""  # an alias's backend
+            parts.append(f"<div style='margin-left:1.5em'>← <b>{_e(o.tool or 'orchestrator')}</b>{behind}{label} · "
                          f"{_money(o.cost_usd)} · {o.latency_s:.3g} s{' · final' if o.final else ''}{body}</div>")
     score = "" if reward is None else f" · reward {reward:.4g}"
     parts.append(f"<div style='margin-top:4px'><b>answer</b>: {_e(t.final_answer)} · outcome {t.outcome:g} · "
@@ -69,6 +71,17 @@ def trajectory_html(t: Trajectory, reward: float | None = None) -> str:
     return "<div class='orchlib-trajectory'>" + "".join(parts) + "</div>"
 
 
+
+
+def _configuration_html(t: Trajectory) -> list[str]:
+    """The episode's tool configuration, one line: each alias shown → the backend behind it, at its episode
+    prices, in the order the policy read them; the space and its held-out parts. Nothing without one."""
+    c = t.configuration
+    if c is None:
+        return []
+    tools = ", ".join(f"<b>{_e(o.alias)}</b> → {_e(o.backend)} ({_e(o.price.describe())})" for o in c.tools)
+    held = f", held out: {_e('+'.join(c.held_out))}" if c.held_out else ""
+    return [f"<div style='margin:2px 0'>tools this episode ({_e(c.space or 'configuration')}{held}): {tools}</div>"]
 
 
 def _error_html(text: str, e: Exception) -> str:
