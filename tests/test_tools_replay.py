@@ -329,7 +329,8 @@ def test_replay_cards_names_and_unknown_models(tmp_path):
 def test_many_recordings_are_each_read_once(tmp_path, monkeypatch):
     reads: list[Path] = []
     real = recordings.read_recording
-    monkeypatch.setattr(recordings, "read_recording", lambda path, s=None, **kw: reads.append(path) or real(path, s, **kw))
+    monkeypatch.setattr(recordings, "read_recording",
+                        lambda path, s=None, **kw: reads.append(path) or real(path, s, **kw))
     recordings.clear_recordings()
     paths = [write_recording([{**r, "model": f"{r['model']}-{i}"} for r in RECORDS], tmp_path / f"r{i}.jsonl")
              for i in range(40)]
