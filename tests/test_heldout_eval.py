@@ -105,3 +105,17 @@ def test_a_first_listed_policy_on_held_out_configurations(tiny_policy):
     assert all(t.configuration.space == "held-out" for t in trajs)
     # the draw really varies the first-listed backend: a policy that followed the list is not one backend's
     assert len(set().union(*firsts.values())) >= 2
+
+
+class Report:
+    def __init__(self, trajectories):
+        self.trajectories, self.trajectories_path = trajectories, None
+
+
+def test_run_summary_holds_the_held_out_numbers_of_a_policy_run_on_configurations():
+    from orchlib.train.evaluation import run_summary
+
+    plain = [t.model_copy(update={"configuration": None, "calls": {"mixtral": 1}}) for t in hand_written()]
+    reports = {"after RL": Report(hand_written()), "cheapest": Report(plain)}
+    summary = run_summary(reports, lambda group, P=None: [t.outcome for t in group])
+    assert summary["held_out"] == {"after RL": {p: r.model_dump() for p, r in heldout_summary(hand_written()).items()}}
