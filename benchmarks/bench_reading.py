@@ -17,7 +17,8 @@ aliases the two backends wear there: `orchlib.experiments.reading.configured_pro
 1 - cos is the share of an update to one profile's choice that does not move the other's alike; the
 project's bar for a choice RL can make follow P is 1e-2. Also printed: the SFT policy's first-call
 well-formed rate on those questions (`heldout_summary`, one sampled run each), since a policy that cannot
-call yet has no choice to probe. Sized for 2 contended cores (~5 minutes a seed).
+call yet has no choice to probe. On 2 contended cores a world took ~2 minutes at --steps 20 --train 40
+--questions 3 and ~13 minutes at --steps 100 --train 80 --questions 8 (orchestra-read's longer prompts, longer).
 """
 
 from __future__ import annotations
