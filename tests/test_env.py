@@ -161,7 +161,7 @@ def test_suites_and_domains_are_environments():
     assert (env.name, env.train, env.test) == ("orchestra-mini", tuple(suite.train), tuple(suite.test))
     assert env.tools.names == suite.toolbox().names and isinstance(env.reward, Reward)
     assert dict(env.prompt) == {"tool_schema": "compact"}
-    assert sorted(ENVIRONMENTS) == ["airline", "orchestra-choice", "orchestra-mini", "shop", "toy"]
+    assert sorted(ENVIRONMENTS) == ["airline", "orchestra-choice", "orchestra-mini", "orchestra-read", "shop", "toy"]
     shop = make_environment("shop", n_train=20, n_test=10)
     assert (len(shop.train), len(shop.test)) == (20, 10)
     assert not {t.id for t in shop.train} & {t.id for t in shop.test}

@@ -5,16 +5,19 @@ SUITES; every world, suites and domains alike, is also an Environment maker
 from typing import Any, Callable
 
 from orchlib.env import Environment
-from orchlib.envs import airline, choice, mini, shop, toy
+from orchlib.envs import airline, choice, mini, read, shop, toy
 from orchlib.envs.choice import make_choice_suite
 from orchlib.envs.mini import CATEGORIES, Suite, make_suite
+from orchlib.envs.read import make_read_suite
 
-__all__ = ["SUITES", "ENVIRONMENTS", "Suite", "CATEGORIES", "make_suite", "make_choice_suite", "make_environment"]
+__all__ = ["SUITES", "ENVIRONMENTS", "Suite", "CATEGORIES", "make_suite", "make_choice_suite", "make_read_suite",
+           "make_environment"]
 
-SUITES = {"orchestra-mini": make_suite, "orchestra-choice": make_choice_suite}
+SUITES = {"orchestra-mini": make_suite, "orchestra-choice": make_choice_suite, "orchestra-read": make_read_suite}
 
 ENVIRONMENTS: dict[str, Callable[..., Environment]] = {
-    "orchestra-mini": mini.environment, "orchestra-choice": choice.environment, "shop": shop.environment,
+    "orchestra-mini": mini.environment, "orchestra-choice": choice.environment, "orchestra-read": read.environment,
+    "shop": shop.environment,
     "airline": airline.environment, "toy": toy.environment}
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.cards import ToolCard, load_cards
+from orchlib.configurations import ConfigurationSpace
 from orchlib.env import Environment, RewardFunction
 from orchlib.envs import shop
 from orchlib.shipped import shipped_dir
@@ -231,6 +232,12 @@ class Suite(BaseModel):
     train: list[Task]
     test: list[Task]
     cards: list[ToolCard] = Field(description="shipped cards plus the shop's function cards")
+    configurations: ConfigurationSpace | None = Field(None, description="the train tasks' tool configurations; "
+                                                                        "None: the tools as they are")
+    test_configurations: ConfigurationSpace | None = Field(None, description="the test tasks' (held-out parts); "
+                                                                             "None: `configurations`")
+    prompt: dict[str, Any] = Field(default_factory=dict, description="the prompt settings the world renders with "
+                                                                     "(`orchlib.env.PROMPT_FIELDS`)")
 
     def toolbox(self):
         """A Toolbox of the suite's cards."""
@@ -243,7 +250,8 @@ class Suite(BaseModel):
         path or any reward function; None: rollouts and evaluations without one) and `prompt`, the
         RolloutConfig prompt settings it renders with (`orchlib.env.PROMPT_FIELDS`; none: the run's)."""
         return Environment(name=self.name, train=self.train, test=self.test, tools=self.toolbox(), reward=reward,
-                           prompt=prompt)
+                           prompt={**self.prompt, **prompt}, configurations=self.configurations,
+                           test_configurations=self.test_configurations)
 
     def save(self, folder: str | Path) -> Path:
         """train.jsonl and test.jsonl in `folder` (the cards stay where they are shipped)."""

@@ -5,8 +5,9 @@
 
 `run_summary` gives, per policy, accuracy, $, s and the tool mix per category and per profile; the
 reward of each policy per profile when a task's group is every policy's run of it (`reward_across`:
-a group-normalised reward needs a group); and the controllability per category — how far P moves the
-choice: 100 × (share of calls to `tool` under "accuracy" − under "thrifty").
+a group-normalised reward needs a group); for a policy run on tool configurations, where its calls went
+by backend and by list position (`orchlib.evaluate.heldout_summary`); and the controllability per
+category — how far P moves the choice: 100 × (share of calls to `tool` under "accuracy" − under "thrifty").
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = Ru
     """Per policy: overall, per category and per profile numbers, the reward across policies per
     profile, and (with `settings.tool`) the controllability per category. The reports must hold one run
     per task of the same tasks (use the first sample of a sampled policy)."""
-    from orchlib.evaluate import reward_across
+    from orchlib.evaluate import heldout_summary, reward_across
 
     runs = {name: list(r.trajectories) for name, r in reports.items()}
     first = {name: _first_runs(trajs) for name, trajs in runs.items()}
@@ -111,6 +112,9 @@ def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = Ru
         if settings.tool:
             out["policies"][name]["controllability"] = controllability_by_category(
                 trajs, settings.tool, settings.high, settings.low)
+    for name, trajs in runs.items():  # on tool configurations: where the calls went by backend and list position
+        if trajs and all(getattr(t, "configuration", None) is not None for t in trajs):
+            out.setdefault("held_out", {})[name] = {p: r.model_dump() for p, r in heldout_summary(trajs).items()}
     for profile in sorted({_profile(t) for trajs in first.values() for t in trajs}):
         per = {n: _Runs([t for t in trajs if _profile(t) == profile]) for n, trajs in first.items()}
         for n, v in reward_across(per, reward).items():

@@ -173,7 +173,7 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
         t0 = time.perf_counter()
         with_golden = [t for t in env.train if t.golden is not None]
         gold = golden_trajectories(with_golden, env.tools, tok, env.rollout_config(cfg.grpo.rollout),
-                                   seed=cfg.warm_start.seed)
+                                   seed=cfg.warm_start.seed, configurations=env.configuration_space)
         sft_train(model, tok, gold, cfg.warm_start, progress=progress)
         wall["warm_start"] = time.perf_counter() - t0
     return model, tok

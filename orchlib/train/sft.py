@@ -29,6 +29,7 @@ import torch
 from pydantic import ConfigDict, Field
 
 from orchlib.chat import render_assistant
+from orchlib.configurations import episode_views
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.settings import Settings
@@ -113,24 +114,40 @@ def _each_alternative(task: Task) -> list[Task]:
 
 def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig = RolloutConfig(),
                         seed: int = 0, per_task: int = 1,
-                        alternatives: Literal["draw", "each"] = "draw") -> list[Trajectory]:
+                        alternatives: Literal["draw", "each"] = "draw", configurations=None) -> list[Trajectory]:
     """Run each task's golden script through the real rollout (real tools, real accounting).
 
     `per_task` scripts per task, each drawing one of its alternatives ("draw"), or `per_task` of each
-    alternative in turn ("each": the choice's target is then uniform per task)."""
+    alternative in turn ("each": the choice's target is then uniform per task). `configurations` (an
+    Environment's `configuration_space`, or a space): each script runs under its episode's configuration
+    (the k-th script of a task under episode k), its golden calls, named by backend, sent to their aliases."""
     if alternatives not in ("draw", "each"):
         raise ValueError(f'golden_trajectories: alternatives must be "draw" or "each", not {alternatives!r}')
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for task in tasks:
         options = [task] if alternatives == "draw" else _each_alternative(task)
-        for option in (o for o in options for _ in range(per_task)):
-            script = golden_script(option, rng)
+        for k, option in enumerate(o for o in options for _ in range(per_task)):
+            view = episode_views([option], toolbox, configurations, k)[0]
+            shown = option if view is None else _under_aliases(option, view.configuration.aliases)
+            script = golden_script(shown, rng)
             engine = ScriptedEngine(tokenizer, script)
             cfg = config.model_copy(update={"max_turns": max(config.max_turns, len(script)),
                                             "max_new_tokens": max(config.max_new_tokens, 512)})
-            out += rollout([option], toolbox, engine, cfg, group_size=1)
+            out += rollout([option], toolbox, engine, cfg, group_size=1,
+                           configurations=None if view is None else (lambda _t, c=view.configuration: c))
     return out
+
+
+def _under_aliases(task: Task, aliases: dict[str, str]) -> Task:
+    """`task` with its golden calls renamed from backends to the aliases (alias → backend) they are shown as."""
+    if task.golden is None:
+        return task
+    to_alias = {b: a for a, b in aliases.items()}
+    rename = lambda calls: [c.model_copy(update={"name": to_alias.get(c.name, c.name)}) for c in calls]  # noqa: E731
+    golden = task.golden.model_copy(update={"calls": rename(task.golden.calls),
+                                            "alternatives": [rename(a) for a in task.golden.alternatives]})
+    return task.model_copy(update={"golden": golden})
 
 
 def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample], config: SFTConfig = SFTConfig(),

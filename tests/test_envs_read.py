@@ -1,0 +1,94 @@
+"""orchestra-read: what its prompt shows, its held-out test space, and golden data that never shows the
+measured choice."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from orchlib.configurations import episode_view
+from orchlib.envs import ENVIRONMENTS, SUITES, make_environment
+from orchlib.envs.read import READ_BACKENDS, TEST_FACTOR, TRAIN_FACTOR, make_read_suite
+from orchlib.rollout import RolloutConfig, render_prompt, tool_schemas
+from orchlib.train.sft import golden_trajectories
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_environment("orchestra-read", seed=5, n_train=40, n_test=20)
+
+
+def golden_backend(t):
+    return t.golden.calls[0].name
+
+
+def test_registered():
+    assert "orchestra-read" in ENVIRONMENTS and "orchestra-read" in SUITES
+
+
+def test_gsm8k_golden_is_counterbalanced_in_both_designs():
+    for design in ("reading", "counterbalanced"):
+        train = make_read_suite(7, n_train=60, n_test=4, golden=design).train
+        gsm = [t for t in train if t.category == "gsm8k"]
+        by_q: dict[str, dict[str, str]] = {}
+        for t in gsm:
+            by_q.setdefault(t.id.split("@")[0], {})[t.preference.name] = golden_backend(t)
+        assert all(sorted(p) == ["accuracy", "thrifty"] and p["accuracy"] != p["thrifty"] for p in by_q.values())
+        dear_under = Counter(p for q in by_q.values() for p, b in q.items() if b != "mixtral")
+        assert dear_under["accuracy"] + dear_under["thrifty"] == len(by_q)
+        assert abs(dear_under["accuracy"] - dear_under["thrifty"]) <= 1  # each way on half the questions
+
+
+def test_arithmetic_golden_by_design():
+    reading = make_read_suite(7, n_train=60, n_test=4, golden="reading").train
+    balanced = make_read_suite(7, n_train=60, n_test=4, golden="counterbalanced").train
+    for train in (reading, balanced):  # the calculator, where offered, under every profile
+        assert {golden_backend(t) for t in train if "calculator" in t.tools} == {"calculator"}
+    no_calc = [t for t in reading if t.category == "arithmetic" and "calculator" not in t.tools]
+    assert no_calc and {(t.preference.name, golden_backend(t)) for t in no_calc} == {
+        ("accuracy", "generalist"), ("thrifty", "specialist")}
+    no_calc = [t for t in balanced if t.category == "arithmetic" and "calculator" not in t.tools]
+    pairs = Counter((t.preference.name, golden_backend(t)) for t in no_calc)
+    assert pairs["accuracy", "generalist"] == pairs["thrifty", "specialist"]
+    assert abs(pairs["accuracy", "generalist"] - pairs["accuracy", "specialist"]) <= 1
+
+
+def test_test_space_holds_out_names_and_prices(env):
+    train_names = set(env.configurations.aliases.pool)
+    for task, factor in [(t, TRAIN_FACTOR) for t in env.train] + [(t, TEST_FACTOR) for t in env.test]:
+        c = env.configuration(task, 0)
+        assert all(factor[0] <= o.factor <= factor[1] for o in c.tools)
+        assert (set(c.aliases) <= train_names) == (factor == TRAIN_FACTOR)
+        assert c.held_out == (() if factor == TRAIN_FACTOR else ("aliases", "prices"))
+    # a question's two profile copies offer the same backends
+    offers = {}
+    for t in env.test:
+        offers.setdefault(t.id.split("@")[0], set()).add(tuple(t.tools))
+    assert all(len(v) == 1 for v in offers.values())
+
+
+def test_the_prompt_names_no_backend(env, tiny_policy):
+    _, tok = tiny_policy
+    config = env.rollout_config(RolloutConfig())
+    for task in env.train[:6] + env.test[:6]:
+        view = episode_view(env.configuration(task, 0), task, env.tools)
+        system = render_prompt(view.task, tool_schemas(view.toolbox, view.task, config.tool_schema), tok, config)
+        system = system[:system.index(task.prompt)]
+        assert not [b for b in READ_BACKENDS if b in system.lower()] and "gpt" not in system.lower()
+        for o in view.configuration.tools:  # shown with its description and the episode's prices
+            assert f"{o.alias}: {o.description}" in system and o.price.describe() in system
+
+
+def test_golden_trajectories_call_the_golden_backend_under_its_alias(env, tiny_policy):
+    _, tok = tiny_policy
+    tasks = env.train[:8]
+    gold = golden_trajectories(tasks, env.tools, tok, env.rollout_config(RolloutConfig(max_turns=1)),
+                               configurations=env.configuration_space)
+    for task, g in zip(tasks, gold):
+        drawn = env.configuration(task, 0)  # every entry of the space; the question keeps those it offers
+        assert g.configuration == drawn.model_copy(update={"tools": tuple(o for o in drawn.tools
+                                                                          if o.backend in task.tools)})
+        (call,) = g.turns[0].calls
+        assert call.name in g.configuration.aliases and g.configuration.backend_of(call.name) == golden_backend(task)
+        assert g.calls == {golden_backend(task): 1}
