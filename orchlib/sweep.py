@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from orchlib.baselines import RouteEngine, Trials, route_stats, routes, try_routes
+from orchlib.env import Environment
 from orchlib.evaluate import EvalReport, evaluate, format_table, frontier, under_profiles
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task
@@ -268,8 +269,8 @@ def sweep(policy, tasks: Sequence[Task], toolbox, preferences: Sequence[Preferen
         raise ValueError(f"preference names must differ (they key the sweep's points): {twice} used twice")
     copies = under_profiles(list(tasks), prefs)
     label = name or getattr(policy, "name", None) or type(policy).__name__
-    report = evaluate(policy, copies, toolbox, reward=reward, config=config, group_size=group_size, name=label,
-                      seed=seed, batch_size=batch_size)
+    report = evaluate(policy, Environment(name=label, test=copies, tools=toolbox), reward=reward, config=config,
+                      group_size=group_size, name=label, seed=seed, batch_size=batch_size)
     by_profile = report.metrics["by_profile"]
     points = []
     for p in prefs:

@@ -8,11 +8,15 @@ import json
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an orchestrator from a YAML config (SFT warm start + GRPO)",
-                       description="Fields: policy, cards, reward, tasks, suite_seed, steps, warm_start (SFTConfig), "
-                                   "grpo (GRPOConfig, with rollout: RolloutConfig), out, save_every. A rerun with "
-                                   "the same `out` resumes from its checkpoint. Example: examples/train_tiny.yaml.")
+                       description="Fields: policy, env (the world: `env: shop`, `env: {name: orchestra-choice, "
+                                   "n_train: 40}`, `env: {tasks: my.jsonl, cards: mycards/}`; its reward too), steps, "
+                                   "warm_start (SFTConfig), grpo (GRPOConfig, with rollout: RolloutConfig), out, "
+                                   "save_every. A rerun with the same `out` resumes from its checkpoint. Example: "
+                                   "examples/train_tiny.yaml.")
     p.add_argument("--config", required=True, help="YAML file")
     p.add_argument("--steps", type=int, default=None, help="override the file's steps")
+    p.add_argument("--trust-code", action="store_true",
+                   help="run the code the file names (env.factory); without it such a file is refused")
     p.set_defaults(handler=run)
 
 
@@ -22,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.cli import UsageError
     from orchlib.commands._output import writable_folder
     from orchlib.configfile import ConfigFileError, load_config
+    from orchlib.envs.config import EnvConfigError
     from orchlib.models import PolicyLoadError
     from orchlib.reward import RewardFileError
     from orchlib.shipped import shipped_path
@@ -37,15 +42,20 @@ def run(args: argparse.Namespace) -> int:
         if args.steps < 0:  # model_copy does not validate: say it here, as the file's own `steps` would
             raise UsageError(f"--steps: {args.steps} is negative; give the number of GRPO steps (0 or more)")
         cfg = cfg.model_copy(update={"steps": args.steps})
-    for field in ("cards", "reward", "tasks"):
-        values = getattr(cfg, field)
+    if cfg.env.factory is not None and not args.trust_code:
+        raise UsageError(f"{args.config}: env.factory: {cfg.env.factory!r} is code of one's own; run it only if you "
+                         f"trust it, with --trust-code")
+    for field in ("cards", "reward", "tasks", "test_tasks"):
+        values = getattr(cfg.env, field)
         for value in [values] if isinstance(values, str) else values or []:
             if not shipped_path(value).exists():
-                raise UsageError(f"{args.config}: {field}: {value} does not exist")
+                raise UsageError(f"{args.config}: env.{field}: {value} does not exist")
     out = writable_folder(cfg.out, f"{args.config}: out:")  # before minutes of training
     try:
-        trainer = run_training(cfg)
+        trainer = run_training(cfg, trust_code=args.trust_code)
     except (PolicyLoadError, CardError, RewardFileError, TaskFileError) as e:  # read before the first step
+        raise UsageError(f"{args.config}: {e}") from None
+    except EnvConfigError as e:  # the world the file names cannot be made (env.factory, a maker's option)
         raise UsageError(f"{args.config}: {e}") from None
     except CheckpointError as e:  # the message names the checkpoint's file; the folder is left as it is
         raise UsageError(f"{e} (not resumed; move the folder away to start again)") from None

@@ -26,7 +26,7 @@ import random
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -238,12 +238,10 @@ class Suite(BaseModel):
 
         return Toolbox.from_cards(self.cards)
 
-    def environment(self, reward: RewardFunction | str | Path | None = None, **prompt: Any) -> Environment:
-        """The suite as an Environment: its splits, a toolbox of its cards, `reward` (a reward file's
-        path or any reward function; None: rollouts and evaluations without one) and `prompt`, the
-        RolloutConfig prompt settings it renders with (`orchlib.env.PROMPT_FIELDS`; none: the run's)."""
-        return Environment(name=self.name, train=self.train, test=self.test, tools=self.toolbox(), reward=reward,
-                           prompt=prompt)
+    def environment(self, reward: RewardFunction | str | Path | None = None) -> Environment:
+        """The suite as an Environment: its splits, a toolbox of its cards and `reward` (a reward file's
+        path or any reward function; None: rollouts and evaluations without one)."""
+        return Environment(name=self.name, train=self.train, test=self.test, tools=self.toolbox(), reward=reward)
 
     def save(self, folder: str | Path) -> Path:
         """train.jsonl and test.jsonl in `folder` (the cards stay where they are shipped)."""
@@ -292,6 +290,8 @@ def make_suite(seed: int = 0, n_train: int = 250, n_test: int = 100, categories:
     return Suite(name="orchestra-mini", seed=seed, train=train, test=test, cards=cards)
 
 
-def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, **options: Any) -> Environment:
-    """"orchestra-mini" as an Environment: `make_suite(seed, **options).environment(reward)`."""
-    return make_suite(seed, **options).environment(reward)
+def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, n_train: int = 250,
+                n_test: int = 100, categories: Sequence[str] = CATEGORIES, profiles: Sequence[str] = tuple(PROFILES),
+                toolcards: str | Path | None = None) -> Environment:
+    """"orchestra-mini" as an Environment: `make_suite(seed, ...).environment(reward)`."""
+    return make_suite(seed, n_train, n_test, categories, profiles, toolcards).environment(reward)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchlib.chat import render_assistant
 from orchlib.engines.scripted import ScriptedEngine
+from orchlib.env import Environment
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.train.shared_prompt import can_share, shared_prompt_logits
@@ -128,7 +129,7 @@ def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: Rollo
             engine = ScriptedEngine(tokenizer, script)
             cfg = config.model_copy(update={"max_turns": max(config.max_turns, len(script)),
                                             "max_new_tokens": max(config.max_new_tokens, 512)})
-            out += rollout([option], toolbox, engine, cfg, group_size=1)
+            out += rollout(Environment(name="golden", train=[option], tools=toolbox), engine, config=cfg)
     return out
 
 
