@@ -1,7 +1,8 @@
-"""The paper's GRPO (ToolOrchestra, arXiv 2511.21689) in one file, top to bottom, from orchlib's public pieces.
+""".venv/bin/python examples/paper_grpo.py  [--env toy] [--steps 20] [--seed 0] [--policy tiny] [--no-warm-start]
 
-    python examples/paper_grpo.py                      # the toy world, the tiny policy: about a minute on a CPU
-    python examples/paper_grpo.py --env orchestra-choice --steps 40
+The paper's GRPO (ToolOrchestra, arXiv 2511.21689) in one file, top to bottom, from orchlib's public pieces.
+The defaults train the tiny policy in the toy world in about a minute on a CPU; `--env orchestra-choice
+--steps 40` trains on the demo's world under the paper's reward.
 
 One step: draw tasks -> roll out G episodes of each (the orchestrator calls tools over several turns) ->
 reward each episode under the preference P its prompt showed -> advantages within each task's group ->
@@ -124,7 +125,7 @@ def train(model, tokenizer, env: Environment, cfg: GRPOConfig, steps: int, log=p
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[2])
     p.add_argument("--env", default="toy", help="a world of orchlib.ENVIRONMENTS (default toy)")
     p.add_argument("--reward", default=None, help="reward file (default: the world's own, or the paper's)")
     p.add_argument("--policy", default="tiny", help="'tiny', 'small', a Hugging Face id or a folder")
@@ -141,7 +142,7 @@ def main() -> None:
     rollout_cfg = RolloutConfig(max_turns=2, max_new_tokens=24, tool_schema="compact", tool_latency="declared")
     if not args.no_warm_start:  # before RL: the call format, from each task's golden calls
         gold = golden_trajectories([t for t in env.train if t.golden is not None], env.tools, tokenizer, rollout_cfg)
-        sft_train(model, tokenizer, gold, SFTConfig(epochs=20, batch_size=8, learning_rate=6e-3), progress=False)
+        sft_train(model, tokenizer, gold, SFTConfig(epochs=30, batch_size=8, learning_rate=6e-3), progress=False)
     cfg = GRPOConfig(seed=args.seed, mixed_precision="no", rollout=rollout_cfg)
     train(model, tokenizer, env, cfg, args.steps)
 

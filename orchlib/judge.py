@@ -272,7 +272,7 @@ class Judge:
         return run_sync(all_())
 
     def __call__(self, answer: str | None, task: Any, env: Any = None) -> float:
-        """The checker signature (answer, task, env) -> score."""
+        """The checker signature (answer, task, state) -> score."""
         if answer is None:
             return 0.0
         if task.answer is None:

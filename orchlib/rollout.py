@@ -9,11 +9,11 @@ the call itself), at `max_turns`, or at the token budget.
 A task with a user (τ²-style, `orchlib.users`): a turn without calls goes to the user instead,
 whose reply is appended as a user segment (loss mask 0) — until the user ends the conversation
 ("user_stop"). The user's cost and latency are counted apart (`user_cost_usd`, `user_latency_s`).
-Within one turn, calls to stateful tools (those that receive the episode's env) run one after another
+Within one turn, calls to stateful tools (those that receive the episode's state) run one after another
 in the order the policy wrote them (`stateful_calls="in_order"`), so the final state never depends
 on thread scheduling; the other calls run concurrently with them. The checker receives the trajectory
-(the conversation and its finish reason) when it takes one. An episode's env is let go once its
-checker has run, so a rollout holds only the running episodes' states; `return_envs=True` keeps them
+(the conversation and its finish reason) when it takes one. An episode's state is let go once its
+checker has run, so a rollout holds only the running episodes' states; `return_states=True` keeps them
 all and gives them back.
 
 Token in, token out: `Trajectory.ids` = prompt ids + sampled ids + observation ids, in order; the mask
@@ -77,7 +77,7 @@ class RolloutConfig(BaseModel):
                                                          "Above the slowest declared model tool (96 s in the release)")
     max_parallel: int = Field(16, ge=1, description="cap on concurrent tool calls per trajectory turn")
     stateful_calls: Literal["in_order", "concurrent"] = Field(
-        "in_order", description="calls of one turn to tools that change the episode's env: one after another in "
+        "in_order", description="calls of one turn to tools that change the episode's state: one after another in "
                                 "the order written (the state never depends on scheduling; their times add up), "
                                 "or all at once like the other calls (the tools must then lock what they share)")
     max_observation_chars: int = Field(1500, ge=16, description="longer tool output is cut before the policy "
@@ -112,7 +112,7 @@ class _Episode:
     """Mutable state of one trajectory while it runs."""
 
     def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict], keep_env: bool = False):
-        self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
+        self.task, self.env, self.user, self.schemas = task, task.make_state(), make_user(task), schemas
         self.keep_env = keep_env  # else `_finish` lets the env go: a database copy per episode adds up
         # Built without validation: every field is already of its type (the task's fields are validated,
         # the ids are the tokenizer's ints), and validating three prompt-long lists per episode copies them.
@@ -128,11 +128,11 @@ class _Episode:
 
 def rollout(env: Environment, engine: Engine | ChatPolicy, *, config: RolloutConfig | None = None,
             group_size: int = 1, seed: int | None = None, tasks: Sequence[Task] | None = None,
-            return_envs: bool = False):
+            return_states: bool = False):
     """Run `group_size` episodes of every task of `env` (its train split, or `tasks`), with the
     environment's toolbox, under `config` (how episodes run and how a task becomes the prompt; default
-    `RolloutConfig()`); returns trajectories task-major (task 0's G first), and with `return_envs=True` a
-    pair `(trajectories, envs)`: each episode's env as it ended (None for a task without one), in the
+    `RolloutConfig()`); returns trajectories task-major (task 0's G first), and with `return_states=True` a
+    pair `(trajectories, states)`: each episode's state as it ended (None for a task without one), in the
     same order.
 
     `engine` is a local Engine (token in, token out) or an API policy that speaks messages
@@ -146,17 +146,17 @@ def rollout(env: Environment, engine: Engine | ChatPolicy, *, config: RolloutCon
     if tasks is None and not run:
         raise ValueError(f"environment {env.name!r} has no train tasks: pass tasks= (e.g. env.test)")
     return _rollout(run, env.tools, engine, RolloutConfig() if config is None else config, group_size, seed,
-                    return_envs)
+                    return_states)
 
 
 def _rollout(tasks: Sequence[Task], toolbox, engine: Engine | ChatPolicy, config: RolloutConfig, group_size: int,
-             seed: int | None, return_envs: bool):
+             seed: int | None, return_states: bool):
     if callable(getattr(engine, "chat", None)):
-        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_envs))
+        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_states))
     else:
-        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_envs)
+        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_states)
     trajectories = [ep.traj for ep in done]
-    return (trajectories, [ep.env for ep in done]) if return_envs else trajectories
+    return (trajectories, [ep.env for ep in done]) if return_states else trajectories
 
 
 def _user_segment(text: str) -> str:
@@ -432,7 +432,7 @@ class _EpisodeContext(ToolContext):
     def __init__(self, ep: _Episode):
         task = ep.task
         self.task_id, self.prompt, self.category, self.answer = task.id, task.prompt, task.category, task.answer
-        self.env, self.seed = ep.env, ep.traj.group_index
+        self.state, self.seed = ep.env, ep.traj.group_index
         self._episode: _Episode | None = ep
         self._messages: list[dict] | None = None
 

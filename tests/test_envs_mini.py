@@ -75,7 +75,7 @@ def test_tools_and_preferences(suite):
 
 def test_every_golden_answer_scores_one(suite):
     for t in suite.train + suite.test:
-        env = replay(t) if t.category == "shop" else t.make_env()
+        env = replay(t) if t.category == "shop" else t.make_state()
         assert t.score(t.golden.answer, env) == 1.0, t.id
 
 

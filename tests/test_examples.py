@@ -75,7 +75,7 @@ def test_paper_grpo_in_one_file_is_the_trainers_method_bit_for_bit(toy_warm):
     spec = importlib.util.spec_from_file_location("paper_grpo", REPO / "examples" / "paper_grpo.py")
     paper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(paper)
-    assert paper.__doc__.splitlines()[2].strip().startswith("python examples/paper_grpo.py")  # its command first
+    assert paper.__doc__.startswith(".venv/bin/python examples/paper_grpo.py")  # it opens with its command
     assert len((REPO / "examples" / "paper_grpo.py").read_text().splitlines()) <= 350
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), seed=0, mixed_precision="no", tasks_per_step=2,
                      group_size=4, micro_batch_size=64, min_reward_spread=None, weight_decay=0.01)

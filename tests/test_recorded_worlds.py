@@ -49,7 +49,7 @@ def _domain(**kw) -> DBDomain:
 
 def _tasks(domain: DBDomain, trajectories) -> list[Task]:
     facts = {t["task_id"]: t for t in json.loads((WORLD / "tasks.json").read_text(encoding="utf-8"))}
-    return [Task(id=t.task_id, prompt=t.prompt, tools=sorted(domain.functions), env=domain.make_env,
+    return [Task(id=t.task_id, prompt=t.prompt, tools=sorted(domain.functions), state=domain.make_state,
                  checker=domain.check, user=replayed_user(t), meta={"required": facts[t.task_id]["outputs"]},
                  golden=Golden(calls=[ToolCall(**a) for a in facts[t.task_id]["actions"]]))
             for t in trajectories]
@@ -63,7 +63,7 @@ def test_recorded_conversations_replay_as_episodes_with_the_benchmarks_tools_and
     tasks = _tasks(domain, recorded)
     engine = ScriptedEngine.from_trajectories(TOK, recorded)  # keyed by task id, not by the opening words
     envs: list
-    replayed, envs = rollout(Environment(train=tasks, tools=domain.toolbox), engine, config=CONFIG, return_envs=True)
+    replayed, envs = rollout(Environment(train=tasks, tools=domain.toolbox), engine, config=CONFIG, return_states=True)
     for old, new in zip(recorded, replayed):
         assert [turn.text for turn in new.turns] == [turn.text for turn in old.turns]  # each task its own script
         # the benchmark's tools answer as they answered in the recording

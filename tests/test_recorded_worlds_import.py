@@ -217,7 +217,7 @@ def test_a_domain_from_schemas_and_callables_with_any_state_name_and_its_own_ans
     assert sorted(domain.functions) == ["look", "take"] and domain.cards()[1].parameters["required"] == ["item"]
     task = Task(id="t", prompt="Take two pens.", meta={"required": ["ok"]},
                 golden={"calls": [{"name": "take", "arguments": {"item": "pen", "count": 2}}]})
-    env = domain.make_env(task)
+    env = domain.make_state(task)
     assert env == db and env is not db and env["stock"] is not db["stock"]  # a copy per episode
     domain.replay(task, [ToolCall(name="take", arguments={"item": "pen", "count": 2})])
     assert db == {"stock": {"pen": 3}}  # the shared initial state is never changed
@@ -229,7 +229,7 @@ def test_a_domain_from_schemas_and_callables_with_any_state_name_and_its_own_ans
 def test_a_state_json_cannot_carry_is_deep_copied():
     initial = {"seats": (1, 2), 7: "int key"}  # a tuple and an integer key would not come back from JSON
     domain = DBDomain("d", lambda task: initial, [])
-    env = domain.make_env(Task(id="t", prompt="p"))
+    env = domain.make_state(Task(id="t", prompt="p"))
     assert env == initial and env is not initial and type(env["seats"]) is tuple and 7 in env
 
 

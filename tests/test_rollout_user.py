@@ -55,7 +55,7 @@ def run(scripts: dict[str, list[str]], tasks=None, config=CONFIG, **kw):
 
 
 def test_the_golden_conversations_score_one_and_end_as_tau2_does():
-    trajs, envs = run(GOLDEN, return_envs=True)
+    trajs, envs = run(GOLDEN, return_states=True)
     by = {t.task_id: t for t in trajs}
     assert [t.outcome for t in trajs] == [1.0, 1.0, 1.0]
     assert by["airline-change"].finish_reason == by["airline-cancel"].finish_reason == "user_stop"
@@ -158,7 +158,7 @@ def test_the_checker_gets_the_trajectory_and_callables_are_accepted():
         return float(answer is not None)
 
     base = TASKS["airline-change"]
-    tasks = [base.model_copy(update={"checker": checker, "env": AIRLINE.make_env}),
+    tasks = [base.model_copy(update={"checker": checker, "state": AIRLINE.make_state}),
              base.model_copy(update={"id": "old", "checker": old_style})]
     trajs = rollout(Environment(train=tasks, tools=AIRLINE.toolbox), ScriptedEngine(TOK, {"airline-change": CHANGE},
                                                                                     tasks=[tasks[0]]), config=CONFIG)
@@ -207,14 +207,14 @@ def test_stateful_calls_of_a_turn_run_in_the_order_written():
 
     box = Toolbox([FunctionTool.from_function(slow_append)])
     assert box["slow_append"].stateful
-    task = Task(id="order", prompt="go", env=lambda task: [], checker=lambda a, t, env: float(env == ["a", "b"]),
+    task = Task(id="order", prompt="go", state=lambda task: [], checker=lambda a, t, state: float(state == ["a", "b"]),
                 answer="x")
     turn = call("slow_append", item="a", delay=0.2) + "\n" + call("slow_append", item="b", delay=0.0)
     results = {}
     for mode in ("in_order", "concurrent"):
         cfg = CONFIG.model_copy(update={"stateful_calls": mode})
         (traj,), (env,) = rollout(Environment(train=[task], tools=box), ScriptedEngine(TOK, [turn, "done"]),
-                                  config=cfg, return_envs=True)
+                                  config=cfg, return_states=True)
         results[mode] = (env, traj.outcome, traj.turns[0].latency_s - traj.turns[0].gen_latency_s,
                          [o.latency_s for o in traj.turns[0].observations])
     env, outcome, tools_s, each = results["in_order"]

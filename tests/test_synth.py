@@ -256,7 +256,7 @@ def _replayed_outcomes(folder) -> tuple[list[float], list[float], list]:
     scripts = {t.id: [render_call(c) for c in t.golden.calls] + [t.golden.answer] for t in tasks}
     config = RolloutConfig(max_turns=6, max_new_tokens=96)
     trajs, envs = rollout(Environment(train=tasks, tools=box), ScriptedEngine(build_tokenizer(), scripts, tasks=tasks),
-                          config=config, return_envs=True)
+                          config=config, return_states=True)
     answer_only = {t.id: [t.golden.answer] for t in tasks}
     lazy = rollout(Environment(train=tasks, tools=box), ScriptedEngine(build_tokenizer(), answer_only, tasks=tasks),
                    config=config)

@@ -4,7 +4,7 @@ given as an object (`FunctionTool(card, fn=f)`, `bind(card, f)`).
 Async functions are awaited; sync ones run in a thread pool so a slow function does not block the
 other calls of a turn. A running thread cannot be stopped: after a timeout its result is dropped but
 the thread runs to its end. A function may return an Observation (e.g. `final=True`, which ends the
-episode); any other result is shown as text. One parameter may receive `context.env` (the episode's stateful
+episode); any other result is shown as text. One parameter may receive `context.state` (the episode's stateful
 environment) and is not part of the schema: the one named by `backend.state`, else the one annotated
 `State` (`db: State`, or `Annotated[DB, STATE]`), else one named `env`.
 
@@ -118,7 +118,7 @@ class FunctionTool(Tool):
                             "(orchlib.tools.bind(card, fn)) or set backend.callable")
         kwargs = dict(arguments)
         if self._state is not None:
-            kwargs[self._state] = context.env
+            kwargs[self._state] = context.state
         if self._is_async:
             result = await self.fn(**kwargs)
         else:
