@@ -44,7 +44,6 @@ from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn, new_turn
 __all__ = ["RolloutConfig", "rollout", "run_sync"]
 
 
-
 class RolloutConfig(BaseModel):
     """How episodes are sampled and accounted. Defaults run the tiny policy on a laptop CPU."""
 

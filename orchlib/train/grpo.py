@@ -14,7 +14,8 @@ task's groups never straddle processes), so advantages are computed locally and 
 gradients. Experimental objectives and samplers plug in through `hooks=` (see `train/hooks.py` and
 `orchlib/experiments/variants.py`); this loop never looks at which ones, nor at which engine samples: the
 engine says whether it shares the trainer's weights and whether its log-probs are the trainer's own
-(`engines/base.py`'s `TrainableEngine`).
+(`engines/base.py`'s `TrainableEngine`). What a step reports is `train/metrics.py`'s; save and resume
+are `train/saving.py`'s. The same method as one file, without the engineering: `examples/paper_grpo.py`.
 
 Where this departs from the paper: laptop defaults (lr 5e-4 for a ~1 M-parameter policy instead of 1e-6
 for 8B; 4 tasks × 8 rollouts per step instead of 16 × 8), one optimiser step per batch of rollouts (so
