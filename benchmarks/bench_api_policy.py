@@ -26,6 +26,7 @@ import os
 import sys
 import time
 
+from orchlib.env import Environment
 from orchlib.engines.openai import OpenAIPolicy
 from orchlib.evaluate import format_table
 from orchlib.rollout import RolloutConfig, rollout
@@ -88,7 +89,7 @@ def run(url: str, tasks: list[Task], box: Toolbox, group: int, in_flight: int) -
     """(wall seconds, requests, orchlib's CPU seconds: this process only, the server runs in another)."""
     policy = OpenAIPolicy(base_url=url, model="bench", max_in_flight=in_flight)
     t0, c0 = time.perf_counter(), time.process_time()
-    out = rollout(tasks, box, policy, RolloutConfig(), group_size=group)
+    out = rollout(Environment(train=tasks, tools=box), policy, config=RolloutConfig(), group_size=group)
     took, cpu = time.perf_counter() - t0, time.process_time() - c0
     bad = [t for t in out if t.errors or t.outcome != 1.0]
     if bad:

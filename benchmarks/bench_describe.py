@@ -62,6 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from orchlib.env import Environment
 from orchlib.baselines import routes
 from orchlib.describe import DescribeError, describe
 from orchlib.describe_stats import wilson
@@ -122,8 +123,9 @@ def train_and_evaluate(cards, suite, args) -> dict:
                     progress=False)
     config = GRPOConfig(seed=args.seed, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
                         rollout=rollout)
-    trainer = Trainer((model, tok), suite.train, toolbox, Reward.load(REPO / "rewards" / "toolorchestra.yaml"),
-                      config, hooks=VariantConfig(paired_profiles=PROFILES).hooks())
+    trainer = Trainer((model, tok), Environment(train=suite.train, tools=toolbox,
+                                                reward=Reward.load(REPO / "rewards" / "toolorchestra.yaml")), config,
+                      hooks=VariantConfig(paired_profiles=PROFILES).hooks())
     t = time.perf_counter()
     steps = trainer.run(args.steps, progress=False)
     grpo_s = time.perf_counter() - t
@@ -223,22 +225,22 @@ def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps
     listed 'brief' (descriptions in the prompt): its SFT warm start, then `grpo_steps` of the paper's GRPO
     (0: the warm start alone). Returns the Trainer."""
     from orchlib.configfile import load_config
-    from orchlib.envs import SUITES
-    from orchlib.train.run import WORLD_FIELDS, RunConfig, run_training
+    from orchlib.envs import make_choice_suite, make_suite
+    from orchlib.train.run import RunConfig, run_training
 
     cfg = load_config(config, RunConfig)
-    sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
-    suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
-    source = f"{cfg.suite} train split"
+    makers = {"orchestra-mini": make_suite, "orchestra-choice": make_choice_suite}
+    suite = makers[cfg.env.world](cfg.env.seed, **cfg.env.maker_options())
+    source = f"{cfg.env.world} train split"
     cards = [describe(c, suite.train, n=describe_n, seed=seed, task_source=source).card for c in suite.cards]
     suite = suite.model_copy(update={"cards": cards})
     rollout_config = cfg.grpo.rollout.model_copy(update={"tool_schema": "brief"})
-    run = RunConfig(**{k: getattr(cfg, k) for k in cfg.model_fields_set - WORLD_FIELDS}).model_copy(update={
+    run = RunConfig(**{k: getattr(cfg, k) for k in cfg.model_fields_set - {"env"}}).model_copy(update={
                         "policy": model, "steps": grpo_steps, "evaluation": None,
                         "out": tempfile.mkdtemp(prefix="orchlib-describe-"),
                         "grpo": cfg.grpo.model_copy(update={"seed": seed, "rollout": rollout_config}),
                         "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None})
-    return run_training(run, progress=False, env=suite.environment(cfg.reward))
+    return run_training(run, progress=False, env=suite.environment(cfg.env.reward))
 
 
 def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n: int, grpo_steps: int) -> dict:
@@ -261,9 +263,9 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
         trainer = train_reader(policy, config, seed, describe_n, grpo_steps)
     trained_s = time.perf_counter() - t0
     print(f"seed {seed}: policy ready in {trained_s:.0f} s", flush=True)  # the seeds' processes print as they go
-    rollout_config = trainer.rollout_config.model_copy(update={"tool_schema": "brief"})
+    rollout_config = trainer.config.rollout.model_copy(update={"tool_schema": "brief"})
     # the recipe's own split: its held-out questions are the test, its training questions describe the tools
-    suite = make_suite(seed=cfg.suite_seed, n_train=cfg.suite_train, n_test=cfg.suite_test, categories=tuple(RIGHT))
+    suite = make_suite(seed=cfg.env.seed, **cfg.env.maker_options(), categories=tuple(RIGHT))
     test = [t for cat in RIGHT for t in [t for t in suite.test if t.category == cat][:n_test // len(RIGHT)]]
     names = [c.name for c in unseen_cards()]
     offer = lambda t: t.model_copy(update={"tools": names})  # noqa: E731
@@ -276,7 +278,8 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
             tasks = [offer(t).model_copy(update={"id": f"{t.id}@{p}", "preference": preference_for(p, names, order)})
                      for i, t in enumerate(test) if i % len(cards) == turn for p in PROFILES]
             by_id = {t.id: t for t in tasks}
-            for traj in rollout(tasks, toolbox, trainer.engine, rollout_config, group_size=1, seed=seed):
+            for traj in rollout(Environment(train=tasks, tools=toolbox), trainer.engine, config=rollout_config,
+                                group_size=1, seed=seed):
                 t = by_id[traj.task_id]
                 first = next((c.name for turn_ in traj.turns for c in turn_.calls), None)
                 rows.append({"seed": seed, "arm": arm, "category": t.category, "profile": t.id.rsplit("@", 1)[1],

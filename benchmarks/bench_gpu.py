@@ -87,6 +87,7 @@ def peak_tflops() -> float | None:
 
 
 def orchlib_steps(model, tok, questions, group, length, steps):
+    from orchlib.env import Environment
     from orchlib.reward import Reward
     from orchlib.rollout import RolloutConfig
     from orchlib.tasks import Task
@@ -99,7 +100,8 @@ def orchlib_steps(model, tok, questions, group, length, steps):
     cfg = GRPOConfig(learning_rate=1e-5, tasks_per_step=len(tasks), group_size=group, kl_coef=0.0,
                      micro_batch_size=len(tasks) * group, rollout=rc, min_reward_spread=None,
                      mixed_precision="bf16")
-    trainer = Trainer((model, tok), tasks, Toolbox([]), Reward.from_string("name: r\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), Environment(train=tasks, tools=Toolbox([]),
+                                                reward=Reward.from_string("name: r\nreward: outcome")), cfg)
     rows = []
     for _ in range(steps + 1):
         sync()
@@ -163,7 +165,8 @@ def main() -> None:
     from accelerate.state import AcceleratorState
 
     from orchlib.models import build_default_policy
-    from orchlib.rollout import RolloutConfig, render_prompt
+    from orchlib.prompting import render_prompt
+    from orchlib.rollout import RolloutConfig
     from orchlib.tasks import Task
 
     peak = peak_tflops() if DEVICE == "cuda" else None

@@ -26,6 +26,7 @@ warnings.filterwarnings("ignore")
 
 
 def orchlib_step_times(model, tok, questions, group, length, steps, lr, precision) -> list[float]:
+    from orchlib.env import Environment
     from orchlib.reward import Reward
     from orchlib.rollout import RolloutConfig
     from orchlib.tasks import Task
@@ -38,7 +39,8 @@ def orchlib_step_times(model, tok, questions, group, length, steps, lr, precisio
     cfg = GRPOConfig(learning_rate=lr, tasks_per_step=len(tasks), group_size=group, kl_coef=0.0,
                      micro_batch_size=len(tasks) * group, rollout=rc, min_reward_spread=None,
                      mixed_precision="bf16" if precision == "bf16" else "no")
-    trainer = Trainer((model, tok), tasks, Toolbox([]), Reward.from_string("name: r\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), Environment(train=tasks, tools=Toolbox([]),
+                                                reward=Reward.from_string("name: r\nreward: outcome")), cfg)
     times = []
     for _ in range(steps + 1):
         t0 = time.perf_counter()
@@ -103,7 +105,8 @@ def main() -> None:
     ap.add_argument("--len", type=int, default=32)
     args = ap.parse_args()
     from orchlib.models import build_default_policy
-    from orchlib.rollout import RolloutConfig, render_prompt
+    from orchlib.prompting import render_prompt
+    from orchlib.rollout import RolloutConfig
     from orchlib.tasks import Task
 
     rows = []

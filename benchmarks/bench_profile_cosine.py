@@ -50,7 +50,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     cfg = load_config(args.config, RunConfig)
     env = load_environment(cfg)
-    rollout = env.rollout_config(cfg.grpo.rollout)
+    rollout = cfg.grpo.rollout
     t0 = time.perf_counter()
     if args.model:
         if not (Path(args.model) / "config.json").is_file():

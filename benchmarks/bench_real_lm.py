@@ -36,25 +36,28 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_seed(config: str, seed: int, out: Path) -> dict:
     from orchlib.configfile import load_config
     from orchlib.engines.transformers import TransformersEngine
+    from orchlib.env import Environment
     from orchlib.experiments.probes import anchored_reward, reference_runs
     from orchlib.models import load_policy
     from orchlib.rollout import rollout
     from orchlib.train.accel import cpu_description
     from orchlib.train.evaluation import well_formed
-    from orchlib.train.run import RunConfig, load_world, run_training
+    from orchlib.train.run import RunConfig, load_environment, run_training
 
     cfg = load_config(config, RunConfig)
     folder = out / f"seed{seed}"
     cfg = cfg.model_copy(update={
-        "suite_seed": cfg.suite_seed, "out": str(folder),
+        "out": str(folder),
         "grpo": cfg.grpo.model_copy(update={"seed": seed}),
         "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None})
     if (folder / "checkpoint").exists():
         raise SystemExit(f"{folder} holds a run already; give another --out")
-    train, test, toolbox, reward = load_world(cfg)
+    world = load_environment(cfg)
+    train, test, toolbox, reward = list(world.train), list(world.test), world.tools, world.reward
     t0 = time.perf_counter()
     model, tok = load_policy(cfg.policy)
-    zero = rollout(test, toolbox, TransformersEngine(model, tok, seed=seed), cfg.grpo.rollout, group_size=1, seed=seed)
+    zero = rollout(Environment(train=test, tools=toolbox), TransformersEngine(model, tok, seed=seed),
+                   config=cfg.grpo.rollout, group_size=1, seed=seed)
     before_sft = well_formed(zero)
     t_zero = time.perf_counter() - t0
     del model

@@ -172,6 +172,7 @@ def orchlib_figures(path: Path, questions: list[dict], n_models: int, tok, seed:
     """The same figures as a user of orchlib gets them. `tok`: the policy's tokenizer (built once, apart).
     Each baseline's trajectories are written to a JSONL file beside the recording as they come."""
     from orchlib.baselines import make_baselines, route_stats, try_routes
+    from orchlib.env import Environment
     from orchlib.evaluate import EVAL_ROLLOUT, aiq, evaluate, frontier, pgr
     from orchlib.tasks import Task
     from orchlib.tools import Toolbox
@@ -186,7 +187,7 @@ def orchlib_figures(path: Path, questions: list[dict], n_models: int, tok, seed:
                                              "policy_seconds_per_token": 0.0, "tool_timeout_s": 600.0})
     trials = try_routes(tasks, box, tok, config)
     engines = make_baselines(tasks, box, tok, trials=trials, config=config, seed=seed)
-    reports = {name: evaluate(engine, tasks, box, config=config, batch_size=128,
+    reports = {name: evaluate(engine, Environment(test=tasks, tools=box), config=config, batch_size=128,
                               trajectories_to=path.parent / f"{name}.jsonl") for name, engine in engines.items()}
     stats = route_stats(trials)["bench"]
     out = {"routes": {k: (v["accuracy"], v["cost_usd"], v["latency_s"]) for k, v in stats.items()},

@@ -58,8 +58,10 @@ def main() -> None:
 
     from orchlib.chat import render_call
     from orchlib.engines import SamplingParams, TransformersEngine
+    from orchlib.env import Environment
     from orchlib.models import build_default_policy
-    from orchlib.rollout import RolloutConfig, render_prompt, rollout, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
+    from orchlib.rollout import RolloutConfig, rollout
     from orchlib.tasks import Task
     from orchlib.tools import Toolbox
     from orchlib.tools.function import FunctionTool
@@ -88,7 +90,7 @@ def main() -> None:
         for _ in range(args.repeats):
             forced = forced_engine(model, tok, call, **kw)
             t0 = time.perf_counter()
-            trajs = rollout(tasks, toolbox, forced, cfg, group_size=1, seed=0)
+            trajs = rollout(Environment(train=tasks, tools=toolbox), forced, config=cfg, group_size=1, seed=0)
             ro_s = time.perf_counter() - t0
             assert all(len(t.turns) == 3 for t in trajs)
             per_row = forced.new_tokens // len(tasks)

@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from orchlib.demo import DemoConfig, run_demo
     from orchlib.demo.config import DEMO_ROLLOUT, DEMO_TOOLS
     from orchlib.engines import TransformersEngine
+    from orchlib.env import Environment
     from orchlib.evaluate import evaluate
     from orchlib.sweep import preference_grid, sweep
 
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     per_category = {c: [t for t in env.train if t.category == c][:20] for c in DEMO_TOOLS}
     calibration = try_routes([t for ts in per_category.values() for t in ts], env.tools, tok, DEMO_ROLLOUT)
     engines = make_baselines(env.test, env.tools, tok, calibration=calibration, config=DEMO_ROLLOUT, seed=args.seed)
-    references = {n: evaluate(e, env.test, env.tools, None, DEMO_ROLLOUT, name=n) for n, e in engines.items()}
+    references = {n: evaluate(e, Environment(test=env.test, tools=env.tools), config=DEMO_ROLLOUT, name=n) for n,
+                  e in engines.items()}
     res = sweep(TransformersEngine(model, tok, seed=args.seed), env.test, env.tools, prefs, reward=env.reward,
                 config=DEMO_ROLLOUT, group_size=2, name="demo policy", references=references)
     t_sweep = time.perf_counter() - t0

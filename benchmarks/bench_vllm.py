@@ -46,8 +46,10 @@ def main() -> None:
 
     from orchlib.chat import render_call
     from orchlib.engines import SamplingParams, TransformersEngine, VLLMConfig
+    from orchlib.env import Environment
     from orchlib.models import build_default_policy
-    from orchlib.rollout import RolloutConfig, render_prompt, rollout, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
+    from orchlib.rollout import RolloutConfig, rollout
     from orchlib.tasks import Task
     from orchlib.tools import Toolbox
     from orchlib.tools.function import FunctionTool
@@ -82,7 +84,7 @@ def main() -> None:
                 engine.new_tokens = 0
                 engine.clear_prefix_cache()
                 t0 = time.perf_counter()
-                trajs = rollout(tasks, toolbox, engine, cfg, group_size=1, seed=0)
+                trajs = rollout(Environment(train=tasks, tools=toolbox), engine, config=cfg, group_size=1, seed=0)
                 rates[name].append(engine.new_tokens / (time.perf_counter() - t0))
                 assert all(len(t.turns) == 3 for t in trajs), name
                 new_tokens = engine.new_tokens

@@ -25,7 +25,7 @@ OUT = Path(__file__).with_name("reference.md")
 
 # (title, ["module:Class", ...]); the order of the page.
 SECTIONS: list[tuple[str, list[str]]] = [
-    ("Training", ["orchlib.train.run:RunConfig", "orchlib.train.config:GRPOConfig",
+    ("Training", ["orchlib.train.run:RunConfig", "orchlib.envs.config:EnvConfig", "orchlib.train.config:GRPOConfig",
                   "orchlib.train.config:LoraSettings", "orchlib.train.sft:SFTConfig",
                   "orchlib.train.evaluation:RunEvaluation", "orchlib.train.plugin:HooksPlugin"]),
     ("Experiments beyond the paper", ["orchlib.experiments.variants:VariantConfig"]),

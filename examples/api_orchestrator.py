@@ -21,6 +21,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from orchlib.env import Environment
 from orchlib import Judge, OpenAIPolicy, Reward, Toolbox, evaluate, make_suite, use_judge
 from orchlib.cards import Price
 from orchlib.evaluate import compare, reward_across
@@ -98,7 +99,8 @@ def main() -> None:
     toolbox, reward = Toolbox.load("toolcards"), Reward.load("rewards/toolorchestra.yaml")
 
     with use_judge(judge):
-        reports = {p.name: evaluate(p, tasks, toolbox, reward, name=p.name) for p in policies}
+        reports = {p.name: evaluate(p, Environment(test=tasks, tools=toolbox, reward=reward),
+                                    name=p.name) for p in policies}
     print(compare(reports, extra={"reward*": reward_across(reports, reward)} if len(reports) > 1 else None))
     print(f"\njudge {judge.name}: {judge.stats} (not in the policies' cost)")
     first = reports[policies[0].name].trajectories[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchlib.env import Environment
 from orchlib.baselines import make_baselines, try_routes
 from orchlib.envs import make_suite
 from orchlib.evaluate import Undefined, aiq, compare, evaluate, frontier, pgr, reward_across
@@ -42,7 +43,7 @@ def main() -> None:
     calibration = try_routes(suite.train, toolbox, tokenizer)
     on_test = try_routes(suite.test, toolbox, tokenizer)
     engines = make_baselines(suite.test, toolbox, tokenizer, calibration=calibration, trials=on_test)
-    reports = {name: evaluate(engine, suite.test, toolbox) for name, engine in engines.items()}
+    reports = {name: evaluate(engine, Environment(test=suite.test, tools=toolbox)) for name, engine in engines.items()}
 
     reward = Reward.load(REPO / "rewards" / "toolorchestra.yaml")
     across = reward_across(reports, reward)

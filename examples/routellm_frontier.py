@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchlib.env import Environment
 from orchlib.baselines import make_baselines, route_stats, try_routes
 from orchlib.cards import load_cards
 from orchlib.evaluate import EVAL_ROLLOUT, aiq, apgr, compare, evaluate, frontier
@@ -44,7 +45,7 @@ def main() -> None:
     tasks = [Task(id=f"gsm8k-{i}", prompt=p, checker="recorded", category="gsm8k") for i, p in enumerate(prompts)]
     tok = build_tokenizer()
     trials = try_routes(tasks, box, tok, EVAL_ROLLOUT, seed=args.seed)
-    reports = {name: evaluate(engine, tasks, box, name=name) for name, engine in
+    reports = {name: evaluate(engine, Environment(test=tasks, tools=box), name=name) for name, engine in
                make_baselines(tasks, box, tok, trials=trials, seed=args.seed).items()}
     print(compare(reports))
 

@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     # tasks and preferences
     "Task": "orchlib.tasks", "Golden": "orchlib.tasks", "Preference": "orchlib.tasks", "PROFILES": "orchlib.tasks",
     "load_tasks": "orchlib.tasks", "save_tasks": "orchlib.tasks",
-    "make_suite": "orchlib.envs", "make_choice_suite": "orchlib.envs", "SUITES": "orchlib.envs",
+    "make_suite": "orchlib.envs", "make_choice_suite": "orchlib.envs",
     # the task world every API takes
     "Environment": "orchlib.env", "RewardFunction": "orchlib.env", "make_environment": "orchlib.envs",
     "ENVIRONMENTS": "orchlib.envs",

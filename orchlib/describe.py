@@ -79,7 +79,7 @@ def _golden_call(task: Task, name: str) -> ToolCall | None:
     for seq in [task.golden.calls, *task.golden.alternatives]:
         # A stateful task is judged on its final state, which one call on a fresh copy reaches only when
         # it is the route's last step: an earlier one (the look-up before an order) would always look wrong.
-        for call in (seq[-1:] if task.env is not None else seq):
+        for call in (seq[-1:] if task.state is not None else seq):
             if call.name == name:
                 return call
     return None
@@ -144,7 +144,7 @@ def _is_right(task: Task, card: ToolCard, obs: Observation, env: Any) -> bool:
             return True
     except Exception as e:  # a broken checker is bad input, not a wrong answer
         raise DescribeError(f"task {task.id}: checker {task.checker!r} failed: {type(e).__name__}: {e}") from e
-    if card.final or task.env is not None:
+    if card.final or task.state is not None:
         return False
     return answer_in_text(task, obs.content)
 
@@ -155,12 +155,12 @@ def run_trials(tool: Tool, picked: Sequence[tuple[Task, dict[str, Any]]], seed: 
 
     async def one(gate: asyncio.Semaphore, task: Task, args: dict[str, Any]) -> Trial:
         try:
-            env = task.make_env()
+            env = task.make_state()
         except Exception as e:
-            raise DescribeError(f"task {task.id}: cannot make its environment {task.env!r}: "
+            raise DescribeError(f"task {task.id}: cannot make its episode state {task.state!r}: "
                                 f"{type(e).__name__}: {e}") from e
         ctx = ToolContext(task_id=task.id, prompt=task.prompt, category=task.category, answer=task.answer,
-                          env=env, seed=seed)
+                          state=env, seed=seed)
         async with gate:
             obs = await tool(args, ctx, timeout_s=timeout_s)
         shown = task.prompt if tool.card.input == "task" else json.dumps(args, ensure_ascii=False)

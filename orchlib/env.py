@@ -1,6 +1,5 @@
 """The Environment: one task world — train and test tasks, the toolbox, the reward, the users its tasks
-carry, and how a task is rendered into the orchestrator's prompt — the one object `rollout`,
-`evaluate`, `Trainer` and `run_training` take.
+carry — the one object `rollout`, `evaluate`, `Trainer` and `run_training` take.
 
     env = Environment(train=tasks, test=held_out, tools=[lookup, answer], reward="rewards/toolorchestra.yaml")
     trajectories = rollout(env, engine, group_size=4)     # env.train (tasks= for others)
@@ -11,34 +10,25 @@ An environment is verifiers' triple (a dataset, a rollout protocol, a rubric) wi
 rollout loop as the protocol: what differs between worlds is data — tasks (each with its checker, its
 P, its database factory and its user), tools and reward — so an environment holds data and no loop.
 
-Rendering: `prompt` holds the RolloutConfig fields that decide what the policy reads (`PROMPT_FIELDS`:
-the system prompt, the tool-schema style, whether, how and where P is shown); `rollout_config(config)`
-lays them over a run's RolloutConfig, so the prompt a world asks for goes wherever the world goes
-(`orchlib.rollout.render_prompt` renders it). A field set in both places with different values is an
-error, not a silent override.
+How a task becomes the policy's prompt (the system prompt, the tool-schema style, whether, how and
+where P is shown) is the run's: `RolloutConfig`, rendered by `orchlib.prompting`. A world holds data;
+the settings of how it is read live in one place.
 
-This module sits below the loop (`orchlib.rollout` imports it, not the other way round), so it names
-RolloutConfig only through the config object it is given.
+This module sits below the loop (`orchlib.rollout` imports it, not the other way round).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 from orchlib.cards import ToolCard
 from orchlib.configurations import bind_spaces, for_task
 from orchlib.tasks import Task, UserSpec
 from orchlib.tools import FunctionTool, Tool, Toolbox, build_tool
 
-__all__ = ["Environment", "RewardFunction", "PROMPT_FIELDS", "as_reward", "as_toolbox", "reward_terms",
-           "bind_older"]
-
-# RolloutConfig fields that decide how a task becomes a prompt (everything else is how episodes run).
-PROMPT_FIELDS: tuple[str, ...] = ("system_prompt", "show_preference", "preference_style", "preference_at",
-                                  "tool_schema")
+__all__ = ["Environment", "RewardFunction", "as_reward", "as_toolbox", "reward_terms"]
 
 
 @runtime_checkable
@@ -103,9 +93,8 @@ def _tasks(tasks: Iterable[Task], split: str, name: str) -> tuple[Task, ...]:
 class Environment:
     """A task world. `train`/`test`: the splits (one may be empty); `tools`: a Toolbox, a folder of
     cards, or a list of cards, tools and functions; `reward`: a reward file's path or any
-    `RewardFunction` (None: rollouts and evaluations without a reward; training needs one); `prompt`:
-    RolloutConfig fields of `PROMPT_FIELDS` this world renders its prompts with; `name`: for reports;
-    `configurations` / `test_configurations`: ConfigurationSpaces (orchlib.configurations) each
+    `RewardFunction` (None: rollouts and evaluations without a reward; training needs one); `name`: for
+    reports; `configurations` / `test_configurations`: ConfigurationSpaces (orchlib.configurations) each
     episode's offered tools, aliases, prices and P are drawn from (train tasks / test tasks).
     Frozen: `env.replace(reward=...)` gives a changed copy."""
 
@@ -113,7 +102,6 @@ class Environment:
     test: Sequence[Task] = ()
     tools: Any = ()
     reward: Any = None
-    prompt: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     name: str = "custom"
     # per-episode tool configurations (orchlib.configurations): drawn for train tasks (and test ones without
     # a test space), and for test tasks; None: the tools as they are
@@ -130,11 +118,6 @@ class Environment:
         set_("tools", as_toolbox(self.tools))
         if self.reward is not None:
             set_("reward", as_reward(self.reward))
-        unknown = sorted(set(self.prompt) - set(PROMPT_FIELDS))
-        if unknown:
-            raise ValueError(f"environment {name!r}: prompt: {unknown} are not prompt settings; they are "
-                             f"{list(PROMPT_FIELDS)} (the others belong to the run's RolloutConfig)")
-        set_("prompt", MappingProxyType(dict(self.prompt)))
         spaces = bind_spaces(self.configurations, self.test_configurations, self.tools, name)
         set_("configurations", spaces[0])
         set_("test_configurations", spaces[1])
@@ -167,42 +150,8 @@ class Environment:
         """A copy with `changes` (checked as a new environment is)."""
         return dataclasses.replace(self, **changes)
 
-    def rollout_config(self, config):
-        """`config` (a RolloutConfig) with this world's prompt settings laid over it. A setting the config
-        was given explicitly with another value is an error: the prompt would silently not be the one
-        asked for."""
-        if not self.prompt:
-            return config
-        clash = {k: (getattr(config, k), v) for k, v in self.prompt.items()
-                 if k in config.model_fields_set and getattr(config, k) != v}
-        if clash:
-            k, (mine, theirs) = next(iter(sorted(clash.items())))
-            raise ValueError(f"environment {self.name!r} renders {k}={theirs!r} but the rollout config sets "
-                             f"{k}={mine!r}: set it in one place")
-        try:
-            return type(config).model_validate({**config.model_dump(), **self.prompt})
-        except ValueError as e:  # pydantic's ValidationError is a ValueError
-            errors = getattr(e, "errors", lambda: [])()
-            where = ".".join(map(str, errors[0]["loc"])) if errors else ""
-            raise ValueError(f"environment {self.name!r}: prompt: {where}: "
-                             f"{errors[0]['msg'] if errors else e}") from None
-
     def __repr__(self) -> str:
         reward = getattr(self.reward, "name", None) or (type(self.reward).__name__ if self.reward else None)
         return (f"Environment({self.name!r}: {len(self.train)} train, {len(self.test)} test tasks, "
-                f"tools {self.tools.names}, reward {reward!r}"
-                + (f", prompt {dict(self.prompt)}" if self.prompt else "") + ")")
+                f"tools {self.tools.names}, reward {reward!r})")
 
-
-def bind_older(call: str, names: Sequence[str], values: Sequence[Any], keywords: dict[str, Any],
-               defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Arguments of an older positional form, bound to `names`, merged with the keyword arguments: a
-    name given both ways (its keyword not left at its default) is a TypeError, as Python's own is."""
-    if len(values) > len(names):
-        raise TypeError(f"{call} takes at most {len(names)} arguments after those; got {len(values)}")
-    out = dict(keywords)
-    for n, v in zip(names, values):
-        if n in keywords and keywords[n] is not defaults.get(n) and keywords[n] != defaults.get(n):
-            raise TypeError(f"{call} got multiple values for argument {n!r}")
-        out[n] = v
-    return out

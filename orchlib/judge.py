@@ -5,7 +5,7 @@ endpoint given directly can judge; the prompt is a template the user can change.
     judge = Judge(base_url="https://api.openai.com/v1", model="gpt-5-mini", api_key_env="OPENAI_API_KEY",
                   price={"per_m_input": 0.25, "per_m_output": 2.0})
     with use_judge(judge):                      # tasks whose checker is "judge" are graded by it
-        report = evaluate(policy, tasks, toolbox)
+        report = evaluate(policy, env)
     print(judge.stats)                          # grades, cache hits, errors, USD: apart from the episodes'
 
 - The reply must end in a line `GRADE: CORRECT`, `GRADE: INCORRECT` or `GRADE: <number in [0, 1]>`
@@ -272,7 +272,7 @@ class Judge:
         return run_sync(all_())
 
     def __call__(self, answer: str | None, task: Any, env: Any = None) -> float:
-        """The checker signature (answer, task, env) -> score."""
+        """The checker signature (answer, task, state) -> score."""
         if answer is None:
             return 0.0
         if task.answer is None:

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from orchlib.atomic import folder_atomic
 
-__all__ = ["SIZES", "PolicyLoadError", "cache_dir", "build_default_policy", "load_policy", "build_tokenizer",
-           "count_parameters"]
+__all__ = ["SIZES", "PolicyLoadError", "cache_dir", "build_default_policy", "load_policy", "resolve_policy",
+           "build_tokenizer", "count_parameters"]
 
 # Bump when the corpus, tokenizer recipe or configs change, so stale caches are not reused.
 RECIPE_VERSION = "v1"
@@ -128,6 +128,19 @@ def build_default_policy(size: Literal["tiny", "small"] = "tiny", seed: int = 0,
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return model, tokenizer
+
+
+def resolve_policy(policy) -> tuple[Any, Any, str]:
+    """(model, tokenizer, source) of a policy given as 'tiny' / 'small' (built), a Hugging Face id or
+    folder (loaded), or a (model, tokenizer) pair (as it is); `source` names where it came from."""
+    if isinstance(policy, tuple):
+        model, tok = policy
+        return model, tok, str(getattr(model, "name_or_path", "") or "")
+    if policy in ("tiny", "small"):
+        model, tok = build_default_policy(policy)
+    else:
+        model, tok = load_policy(policy)
+    return model, tok, str(model.name_or_path)
 
 
 def load_policy(name_or_path: str | os.PathLike, *, dtype: Any = None, device: str | None = None,

@@ -9,11 +9,11 @@ the call itself), at `max_turns`, or at the token budget.
 A task with a user (τ²-style, `orchlib.users`): a turn without calls goes to the user instead,
 whose reply is appended as a user segment (loss mask 0) — until the user ends the conversation
 ("user_stop"). The user's cost and latency are counted apart (`user_cost_usd`, `user_latency_s`).
-Within one turn, calls to stateful tools (those that receive the episode's env) run one after another
+Within one turn, calls to stateful tools (those that receive the episode's state) run one after another
 in the order the policy wrote them (`stateful_calls="in_order"`), so the final state never depends
 on thread scheduling; the other calls run concurrently with them. The checker receives the trajectory
-(the conversation and its finish reason) when it takes one. An episode's env is let go once its
-checker has run, so a rollout holds only the running episodes' states; `return_envs=True` keeps them
+(the conversation and its finish reason) when it takes one. An episode's state is let go once its
+checker has run, so a rollout holds only the running episodes' states; `return_states=True` keeps them
 all and gives them back.
 
 Token in, token out: `Trajectory.ids` = prompt ids + sampled ids + observation ids, in order; the mask
@@ -32,11 +32,11 @@ from typing import Literal, Sequence
 from pydantic import ConfigDict, Field
 
 from orchlib.cards.costs import MAX_PRICE
-from orchlib.chat import (IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls,
-                          template_renders_tools, tools_block)
+from orchlib.chat import IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls
 from orchlib.configurations import backend_counts, episode_views
 from orchlib.engines.base import ChatPolicy, Engine, SamplingParams
-from orchlib.env import Environment, bind_older
+from orchlib.env import Environment
+from orchlib.prompting import DEFAULT_SYSTEM_PROMPT, preference_line, render_prompt, tool_schemas, user_message
 from orchlib.settings import Settings
 from orchlib.users import make_user
 from orchlib.tasks import Preference, Task
@@ -44,11 +44,7 @@ from orchlib.tasks import Preference, Task
 from orchlib.tools.base import ToolContext, ToolError, run_sync
 from orchlib.trajectory import Observation, Trajectory, Turn, UserTurn, new_turn, set_fields
 
-__all__ = ["RolloutConfig", "DEFAULT_SYSTEM_PROMPT", "rollout", "render_prompt", "run_sync", "tool_schemas",
-           "shown_preference", "preference_line", "user_message", "assistant_prefix"]
-
-DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
-                         "Weigh accuracy, cost and latency as the user prefers.")
+__all__ = ["RolloutConfig", "rollout", "run_sync"]
 
 
 class RolloutConfig(Settings):
@@ -83,7 +79,7 @@ class RolloutConfig(Settings):
                                                          "Above the slowest declared model tool (96 s in the release)")
     max_parallel: int = Field(16, ge=1, description="cap on concurrent tool calls per trajectory turn")
     stateful_calls: Literal["in_order", "concurrent"] = Field(
-        "in_order", description="calls of one turn to tools that change the episode's env: one after another in "
+        "in_order", description="calls of one turn to tools that change the episode's state: one after another in "
                                 "the order written (the state never depends on scheduling; their times add up), "
                                 "or all at once like the other calls (the tools must then lock what they share)")
     max_observation_chars: int = Field(1500, ge=16, description="longer tool output is cut before the policy "
@@ -99,75 +95,8 @@ class RolloutConfig(Settings):
                             "'brief': the compact list, then one line per tool with its description")
 
 
-def shown_preference(task: Task) -> Preference:
-    """The P the policy reads in its prompt. A task without one is shown the "default" profile, and its
-    rewards (training and evaluation alike) weigh that P, not the reward file's own default."""
-    return task.preference or Preference(name="default")
-
-
-def preference_line(task: Task, config: RolloutConfig) -> str:
-    """P as the policy reads it: `shown_preference`'s line in `config.preference_style`."""
-    return shown_preference(task).render(weights=config.preference_style == "weights")
-
-
-def user_message(task: Task, config: RolloutConfig) -> str:
-    """The user turn: the task, then P when `preference_at="user"`."""
-    if config.show_preference and config.preference_at == "user":
-        return task.prompt + "\n\n" + preference_line(task, config)
-    return task.prompt
-
-
-def render_prompt(task: Task, tools: list[dict], tokenizer, config: RolloutConfig) -> str:
-    """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate
-    (`preference_at="user"`: P follows the task instead; `"assistant"`: P opens the orchestrator's turn,
-    a prefix it continues, as a prefilled reply is continued)."""
-    system = config.system_prompt
-    if config.show_preference and config.preference_at == "system":
-        system += "\n" + preference_line(task, config)
-    notes = ""
-    if config.tool_schema == "brief":
-        # listed as 'compact' lists them, the descriptions below the list, one line each: a policy that learned
-        # its calls from 'compact' lines copies a line whole, a description inside it too
-        notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
-                                                  for t in tools) if tools else ""
-        tools = [{k: v for k, v in t.items() if k != "description"} for t in tools]
-    if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
-        system, tools = system + tools_block(tools), []
-    system += notes
-    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
-    text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
-    if config.show_preference and config.preference_at == "system_end":
-        end = text.find(IM_END)
-        if end < 0:
-            raise ValueError(f'preference_at="system_end" needs a chat template whose system turn ends in {IM_END}')
-        text = text[:end] + "\n" + preference_line(task, config) + text[end:]
-    return text + assistant_prefix(task, config)
-
-
-def assistant_prefix(task: Task, config: RolloutConfig) -> str:
-    """What the first prompt holds of the orchestrator's own turn: the P line when
-    `preference_at="assistant"`, else nothing."""
-    if config.show_preference and config.preference_at == "assistant":
-        return preference_line(task, config) + "\n"
-    return ""
-
-
 def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
-    """The tools a task offers, as listed to the policy (see RolloutConfig.tool_schema)."""
-    schemas = toolbox.schemas()
-    if task.tools is not None:
-        allowed = set(task.tools)
-        schemas = [s for s in schemas if s["function"]["name"] in allowed]
-    if style in ("compact", "brief"):
-        return [{"name": s["function"]["name"],
-                 "arguments": list(s["function"].get("parameters", {}).get("properties", {})),
-                 **({"description": s["function"].get("description", "")} if style == "brief" else {})}
-                for s in schemas]
-    return schemas
 
 
 _DEFAULT_DUMP = Preference(name="default").model_dump()
@@ -186,7 +115,7 @@ class _Episode:
 
     def __init__(self, task: Task, index: int, prompt_ids: list[int], schemas: list[dict], keep_env: bool = False,
                  view=None):
-        self.task, self.env, self.user, self.schemas = task, task.make_env(), make_user(task), schemas
+        self.task, self.env, self.user, self.schemas = task, task.make_state(), make_user(task), schemas
         self.toolbox = None if view is None else view.toolbox  # a configuration's tools under their aliases
         self.keep_env = keep_env  # else `_finish` lets the env go: a database copy per episode adds up
         # Built without validation: every field is already of its type (the task's fields are validated,
@@ -203,57 +132,43 @@ class _Episode:
         return self.traj.to_messages()  # the task's prompt (when not empty), then every turn in order
 
 
-def rollout(env: Environment | Sequence[Task], engine: Engine | ChatPolicy, *older,
-            config: RolloutConfig | None = None, group_size: int = 1, seed: int | None = None,
-            tasks: Sequence[Task] | None = None, return_envs: bool = False, configurations=None, episode: int = 0):
+def rollout(env: Environment, engine: Engine | ChatPolicy, *, config: RolloutConfig | None = None,
+            group_size: int = 1, seed: int | None = None, tasks: Sequence[Task] | None = None,
+            return_states: bool = False, configurations=None, episode: int = 0):
     """Run `group_size` episodes of every task of `env` (its train split, or `tasks`), with the
-    environment's toolbox and prompt settings (`Environment.rollout_config`); returns trajectories
-    task-major (task 0's G first), and with `return_envs=True` a pair `(trajectories, envs)`: each
-    episode's env as it ended (None for a task without one), in the same order.
+    environment's toolbox, under `config` (how episodes run and how a task becomes the prompt; default
+    `RolloutConfig()`); returns trajectories task-major (task 0's G first), and with `return_states=True` a
+    pair `(trajectories, states)`: each episode's state as it ended (None for a task without one), in the
+    same order.
 
     `engine` is a local Engine (token in, token out) or an API policy that speaks messages
     (`ChatPolicy`, e.g. `orchlib.engines.openai.OpenAIPolicy`), whose episodes run independently,
     up to its `max_in_flight` at once; its trajectories hold no token ids (`meta["trainable"]` False).
-
-    `config`, `group_size` and `seed` may also follow the engine positionally. The older form
-    `rollout(tasks, toolbox, engine, config, group_size, seed)` still works: the tasks and the toolbox
-    as given, the config as it is.
+    Tasks and tools of one's own: `rollout(Environment(train=tasks, tools=toolbox), engine)`.
 
     Tool configurations (orchlib.configurations): each task's G episodes run under the configuration
     its space draws for (`task.id`, `episode`; a trainer passes its step): the environment's
     `configuration_space(task)`, or `configurations` (a ConfigurationSpace, or a function task → space)."""
-    defaults = {"config": None, "group_size": 1, "seed": None}
-    given = {"config": config, "group_size": group_size, "seed": seed}
-    if isinstance(env, Environment):
-        args = bind_older("rollout(env, engine, ...)", ("config", "group_size", "seed"), older, given, defaults)
-        run = env.train if tasks is None else tasks
-        if tasks is None and not run:
-            raise ValueError(f"environment {env.name!r} has no train tasks: pass tasks= (e.g. env.test)")
-        toolbox, cfg = env.tools, env.rollout_config(RolloutConfig() if args["config"] is None else args["config"])
-        configurations = env.configuration_space if configurations is None else configurations
-    else:
-        if tasks is not None:
-            raise TypeError("tasks= goes with an Environment: rollout(env, engine, tasks=...); the older form "
-                            "takes the tasks first: rollout(tasks, toolbox, engine, ...)")
-        if not older:
-            raise TypeError("rollout takes an Environment and an engine, rollout(env, engine, ...), or the older "
-                            "rollout(tasks, toolbox, engine, ...)")
-        args = bind_older("rollout(tasks, toolbox, engine, ...)", ("engine", "config", "group_size", "seed"), older,
-                          given, defaults)
-        run, toolbox, engine, cfg = env, engine, args["engine"], (RolloutConfig() if args["config"] is None
-                                                                  else args["config"])
-    return _rollout(run, toolbox, engine, cfg, args["group_size"], args["seed"], return_envs, configurations, episode)
+    if not isinstance(env, Environment):
+        raise TypeError(f"rollout(env, engine, ...): env is an orchlib.Environment (e.g. Environment(train=tasks, "
+                        f"tools=toolbox)), not {type(env).__name__}")
+    run = env.train if tasks is None else tasks
+    if tasks is None and not run:
+        raise ValueError(f"environment {env.name!r} has no train tasks: pass tasks= (e.g. env.test)")
+    configurations = env.configuration_space if configurations is None else configurations
+    return _rollout(run, env.tools, engine, RolloutConfig() if config is None else config, group_size, seed,
+                    return_states, configurations, episode)
 
 
 def _rollout(tasks: Sequence[Task], toolbox, engine: Engine | ChatPolicy, config: RolloutConfig, group_size: int,
-             seed: int | None, return_envs: bool, configurations=None, episode: int = 0):
+             seed: int | None, return_states: bool, configurations=None, episode: int = 0):
     views = episode_views(tasks, toolbox, configurations, episode)
     if callable(getattr(engine, "chat", None)):
-        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_envs, views))
+        done = run_sync(_chat_rollout(list(tasks), toolbox, engine, config, group_size, return_states, views))
     else:
-        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_envs, views)
+        done = _local_rollout(tasks, toolbox, engine, config, group_size, seed, return_states, views)
     trajectories = [ep.traj for ep in done]
-    return (trajectories, [ep.env for ep in done]) if return_envs else trajectories
+    return (trajectories, [ep.env for ep in done]) if return_states else trajectories
 
 
 def _user_segment(text: str) -> str:
@@ -538,7 +453,7 @@ class _EpisodeContext(ToolContext):
     def __init__(self, ep: _Episode):
         task = ep.task
         self.task_id, self.prompt, self.category, self.answer = task.id, task.prompt, task.category, task.answer
-        self.env, self.seed = ep.env, ep.traj.group_index
+        self.state, self.seed = ep.env, ep.traj.group_index
         self._episode: _Episode | None = ep
         self._messages: list[dict] | None = None
 

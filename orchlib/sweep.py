@@ -40,6 +40,7 @@ import numpy as np
 
 from orchlib.baselines import RouteEngine, Trials, route_stats, routes, try_routes
 from orchlib.configurations import bind, draw
+from orchlib.env import Environment
 from orchlib.evaluate import EvalReport, evaluate, format_table, frontier, under_profiles
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task
@@ -348,8 +349,8 @@ def sweep(policy, tasks: Sequence[Task], toolbox, preferences: Sequence[Preferen
     copies = under_profiles(list(tasks), prefs)
     drawn = _configured_copies(list(tasks), prefs, toolbox, configurations) if configurations is not None else None
     label = name or getattr(policy, "name", None) or type(policy).__name__
-    report = evaluate(policy, copies, toolbox, reward=reward, config=config, group_size=group_size, name=label,
-                      seed=seed, batch_size=batch_size, configurations=drawn)
+    report = evaluate(policy, Environment(name=label, test=copies, tools=toolbox), reward=reward, config=config,
+                      group_size=group_size, name=label, seed=seed, batch_size=batch_size, configurations=drawn)
     by_profile = report.metrics["by_profile"]
     points = []
     for p in prefs:

@@ -119,9 +119,9 @@ class UserSpec(BaseModel):
 
 class Task(BaseModel):
     """One thing to solve. `checker` names how the final answer is scored (see CHECKERS), or is a
-    function or an import path `pkg.module:fn` (or `pkg.module:obj.attr`) taking (answer, task, env)
+    function or an import path `pkg.module:fn` (or `pkg.module:obj.attr`) taking (answer, task, state)
     — and `trajectory=` when it has that parameter: the conversation and how it ended — returning a
-    score in [0, 1]. `env` and `user` take a function `fn(task)` or its import path the same way;
+    score in [0, 1]. `state` and `user` take a function `fn(task)` or its import path the same way;
     functions cannot be written to a task file (`save_tasks` says so), import paths can."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -135,8 +135,10 @@ class Task(BaseModel):
                                                             "weighs; None = the reward file's own")
     category: str = Field("general", description="groups tasks in reports and balanced draws")
     golden: Golden | None = Field(None, description="a known-good way to solve it (SFT warm start, baselines)")
-    env: str | Callable[[Any], Any] | None = Field(
-        None, description="factory `fn(task) -> env` (or its import path) for stateful tasks: a fresh one per episode")
+    state: str | Callable[[Any], Any] | None = Field(
+        None, description="factory `fn(task) -> state` (or its import path) of a stateful task's episode state, e.g. "
+                          "a database copy: a fresh one per episode, which its tools read and change and its checker "
+                          "reads")
     user: UserSpec | str | Callable[[Any], Any] | None = Field(
         None, description="who answers the orchestrator's turns without calls: a spec, or a factory "
                           "`fn(task) -> User` (or its import path); None: such a turn ends the episode")
@@ -153,7 +155,7 @@ class Task(BaseModel):
                              "or an import path 'pkg.module:function'")
         return v
 
-    @field_validator("env", "user")
+    @field_validator("state", "user")
     @classmethod
     def _factory_path(cls, v: Any) -> Any:
         if isinstance(v, str) and not _IMPORT_PATH.fullmatch(v):
@@ -173,14 +175,14 @@ class Task(BaseModel):
                 raise ValueError((f"{where}: " if where else "") + err["msg"].removeprefix("Value error, ")) from None
         return v
 
-    def make_env(self) -> Any:
-        """A fresh environment (e.g. a database copy) for one episode, or None."""
-        return resolve(self.env)(self) if self.env is not None else None
+    def make_state(self) -> Any:
+        """A fresh episode state (e.g. a database copy) for one episode, or None."""
+        return resolve(self.state)(self) if self.state is not None else None
 
-    def score(self, answer: str | None, env: Any = None, observation: Any = None, trajectory: Any = None) -> float:
+    def score(self, answer: str | None, state: Any = None, observation: Any = None, trajectory: Any = None) -> float:
         """`observation`: the tool result the answer is, when a `final` tool gave it (for `recorded`);
         `trajectory`: the episode (conversation, finish reason), for checkers that take it."""
-        return check_answer(self, answer, env, observation, trajectory)
+        return check_answer(self, answer, state, observation, trajectory)
 
 
 def extract_number(text: str | None) -> float | None:
@@ -198,12 +200,12 @@ def extract_number(text: str | None) -> float | None:
         return None
 
 
-def _exact(answer: str | None, task: Task, env: Any = None) -> float:
+def _exact(answer: str | None, task: Task, state: Any = None) -> float:
     norm = lambda s: " ".join(str(s).strip().lower().rstrip(".").split())  # noqa: E731
     return float(answer is not None and task.answer is not None and norm(answer) == norm(task.answer))
 
 
-def _contains(answer: str | None, task: Task, env: Any = None) -> float:
+def _contains(answer: str | None, task: Task, state: Any = None) -> float:
     return float(answer is not None and task.answer is not None and task.answer.lower() in answer.lower())
 
 
@@ -231,12 +233,12 @@ def answer_in_text(task: Task, text: str) -> bool:
     return mentions(text, task.answer)
 
 
-def _mentions(answer: str | None, task: Task, env: Any = None) -> float:
+def _mentions(answer: str | None, task: Task, state: Any = None) -> float:
     """The reference answer appears in the answer as whole tokens (a stricter `contains`)."""
     return float(answer is not None and task.answer is not None and mentions(answer, task.answer))
 
 
-def _numeric(answer: str | None, task: Task, env: Any = None) -> float:
+def _numeric(answer: str | None, task: Task, state: Any = None) -> float:
     """Equal within a relative tolerance of 1e-6 (or task.meta['tolerance'])."""
     got, want = extract_number(answer), extract_number(task.answer)
     if got is None or want is None:
@@ -245,7 +247,7 @@ def _numeric(answer: str | None, task: Task, env: Any = None) -> float:
     return float(math.isclose(got, want, rel_tol=tol, abs_tol=tol))
 
 
-def _sympy(answer: str | None, task: Task, env: Any = None) -> float:
+def _sympy(answer: str | None, task: Task, state: Any = None) -> float:
     """Mathematically equal expressions (e.g. '2*(x+1)' and '2x+2'), via sympy's simplify."""
     import sympy
     from sympy.parsing.sympy_parser import (implicit_multiplication_application, parse_expr,
@@ -262,14 +264,14 @@ def _sympy(answer: str | None, task: Task, env: Any = None) -> float:
         return 0.0
 
 
-def _judge(answer: str | None, task: Task, env: Any = None) -> float:
+def _judge(answer: str | None, task: Task, state: Any = None) -> float:
     """An LLM grades the answer against the reference (orchlib.judge: the judge is set there)."""
     from orchlib.judge import judge_checker
 
-    return judge_checker(answer, task, env)
+    return judge_checker(answer, task, state)
 
 
-def _recorded(answer: str | None, task: Task, env: Any = None, observation: Any = None) -> float:
+def _recorded(answer: str | None, task: Task, state: Any = None, observation: Any = None) -> float:
     """The grade recorded with the answer (a replay tool's `Observation.meta["grade"]`, in [0, 1]). An
     answer that carries no grade (the policy's own, or an ungraded recording) is scored by the checker
     named in `task.meta["fallback_checker"]` (default "exact")."""
@@ -279,7 +281,7 @@ def _recorded(answer: str | None, task: Task, env: Any = None, observation: Any 
     fallback = task.meta.get("fallback_checker", "exact")
     if fallback == "recorded":
         raise ValueError(f"task {task.id}: fallback_checker cannot be 'recorded' itself")
-    return check_answer(task.model_copy(update={"checker": fallback}), answer, env)
+    return check_answer(task.model_copy(update={"checker": fallback}), answer, state)
 
 
 CHECKERS: dict[str, Callable[..., float]] = {
@@ -315,17 +317,17 @@ def _takes_trajectory(fn: Callable[..., Any]) -> bool:
     return "trajectory" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
-def check_answer(task: Task, answer: str | None, env: Any = None, observation: Any = None,
+def check_answer(task: Task, answer: str | None, state: Any = None, observation: Any = None,
                  trajectory: Any = None) -> float:
     """Score a final answer with the task's checker (a name in CHECKERS, a function or an import path).
     Only `recorded` reads `observation` (the final tool's result); a checker with a `trajectory`
-    parameter also gets the episode; the others see the answer text and the env."""
+    parameter also gets the episode; the others see the answer text and the state."""
     fn = (CHECKERS.get(task.checker) if isinstance(task.checker, str) else None) or resolve(task.checker)
     if fn is _recorded:
-        return _recorded(answer, task, env, observation)
+        return _recorded(answer, task, state, observation)
     if trajectory is not None and _takes_trajectory(fn):
-        return float(fn(answer, task, env, trajectory=trajectory))
-    return float(fn(answer, task, env))
+        return float(fn(answer, task, state, trajectory=trajectory))
+    return float(fn(answer, task, state))
 
 
 class TaskFileError(ValueError):
@@ -366,10 +368,10 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
 
 
 def save_tasks(tasks: list[Task], path: str | os.PathLike) -> Path:
-    """Write tasks as JSONL atomically. A checker, env or user given as a function cannot be written
+    """Write tasks as JSONL atomically. A checker, state or user given as a function cannot be written
     (a file names it by import path): that is an error naming the task and field, and nothing is written."""
     for t in tasks:
-        for name in ("checker", "env", "user"):
+        for name in ("checker", "state", "user"):
             if callable(getattr(t, name)):
                 raise ValueError(f"task {t.id}: {name} is a Python function, which a task file cannot hold; "
                                  "give its import path 'pkg.module:function' instead")

@@ -88,7 +88,7 @@ def test_profile_gradient_cosine_has_its_closed_form_and_is_1_when_p_is_hidden(t
 
 def test_profile_gradient_cosine_equals_an_independent_backward_pass(tiny_policy):
     from orchlib.chat import CALL_OPENING
-    from orchlib.rollout import render_prompt, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
     from orchlib.tasks import under_profiles
 
     model, tok = tiny_policy

@@ -214,7 +214,7 @@ def test_bad_configuration_errors_name_file_line_and_field(tmp_path, capsys):
             ("sizes: [1]\n  tools: [calculator, nope]", "configurations.tools[1].backends[0]",
              "unknown backend 'nope'", 6)]:
         path = tmp_path / "run.yaml"
-        path.write_text(f"steps: 0\nsuite: orchestra-choice\nwarm_start: null\nconfigurations:\n  {block}\n")
+        path.write_text(f"steps: 0\nenv: orchestra-choice\nwarm_start: null\nconfigurations:\n  {block}\n")
         path.write_text(path.read_text() + f"out: {tmp_path / 'out'}\n")
         assert main(["train", "--config", str(path)]) == 2
         err = capsys.readouterr().err.strip()

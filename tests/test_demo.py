@@ -125,7 +125,7 @@ def test_the_trained_policy_comes_back_and_sweeps_over_p(demo):
     demo's test tasks: one point per P, from exactly the runs made under that P, each prompt showing it."""
     from orchlib.demo.config import DEMO_ROLLOUT
     from orchlib.engines import TransformersEngine
-    from orchlib.rollout import render_prompt, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
     from orchlib.sweep import preference_grid, sweep
 
     model, tok = demo.policy

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.cards import Price, ToolCard, save_card
 from orchlib.engines.openai import APIPolicyConfig, OpenAIPolicy
 from orchlib.evaluate import evaluate
@@ -185,7 +186,7 @@ def test_multi_turn_episode_with_several_tools_is_priced_and_timed(serve):
 
     model = Model(respond, delay=0.1)
     box = toolbox()
-    [t] = rollout([TASK], box, policy(serve(model)), RolloutConfig(max_turns=5))
+    [t] = rollout(Environment(train=[TASK], tools=box), policy(serve(model)), config=RolloutConfig(max_turns=5))
 
     assert t.finish_reason == "answer" and t.final_answer == "The answer is 100." and t.outcome == 1.0
     assert t.calls == {"add": 1, "mul": 2} and t.errors == {}
@@ -222,7 +223,8 @@ def test_multi_turn_episode_with_several_tools_is_priced_and_timed(serve):
 def test_a_final_tool_ends_the_episode_and_the_group_runs_concurrently(serve):
     model = Model(lambda body: reply(None, [call("oracle", {"question": "?"})]), delay=0.2)
     start = time.perf_counter()
-    out = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig(), group_size=8)
+    out = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig(),
+                  group_size=8)
     took = time.perf_counter() - start
     assert [t.finish_reason for t in out] == ["final_tool"] * 8 and [t.group_index for t in out] == list(range(8))
     assert all(t.final_answer == "42" and t.outcome == 0.0 for t in out)  # 42 is not 100
@@ -232,7 +234,8 @@ def test_a_final_tool_ends_the_episode_and_the_group_runs_concurrently(serve):
 def test_episodes_in_flight_are_bounded(serve):
     model = Model(lambda body: reply("100"), delay=0.05)
     tasks = [TASK.model_copy(update={"id": f"t{i}"}) for i in range(12)]
-    out = rollout(tasks, toolbox(), policy(serve(model), max_in_flight=3), RolloutConfig(), group_size=2)
+    out = rollout(Environment(train=tasks, tools=toolbox()), policy(serve(model), max_in_flight=3),
+                  config=RolloutConfig(), group_size=2)
     assert len(out) == 24 and all(t.outcome == 1.0 for t in out)
     assert [t.task_id for t in out[:4]] == ["t0", "t0", "t1", "t1"]  # task-major, as a local policy's
     assert model.peak == 3
@@ -245,7 +248,7 @@ def test_text_tool_calls_are_read_when_the_server_writes_them(serve):
         return reply("100")
 
     model = Model(respond)
-    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig())
     assert t.calls == {"add": 1} and t.outcome == 1.0 and t.errors == {}
     assert t.turns[0].text.startswith("Let me add.\n<tool_call>")
     # no call ids to answer: the results go back as <tool_response> blocks in a user message
@@ -256,7 +259,7 @@ def test_text_tool_calls_are_read_when_the_server_writes_them(serve):
 def test_text_mode_lists_the_tools_in_the_system_message(serve):
     model = Model(lambda body: reply("100"))
     box = toolbox()
-    rollout([TASK], box, policy(serve(model), tool_calling="text"), RolloutConfig())
+    rollout(Environment(train=[TASK], tools=box), policy(serve(model), tool_calling="text"), config=RolloutConfig())
     [body] = model.requests
     assert "tools" not in body
     system = body["messages"][0]["content"]
@@ -273,7 +276,7 @@ def test_malformed_arguments_are_counted_and_the_model_reads_why(serve):
         return reply("100")
 
     model = Model(respond)
-    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig(max_turns=5))
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig(max_turns=5))
     assert t.errors == {"malformed_call": 2} and t.calls == {"mul": 1} and t.outcome == 1.0
     bad, good = t.turns[0].observations
     assert bad.error_kind == "malformed_call" and "not valid JSON" in bad.error and good.content == "100"
@@ -289,7 +292,8 @@ def test_retries_then_a_counted_failure_then_the_episode_goes_on(serve):
              (503, {"error": "down"}, {}),  # max_retries=2: the third try fails the turn
              reply("100")]
     model = Model(lambda body: steps.pop(0))
-    [t] = rollout([TASK], toolbox(), policy(serve(model), max_retries=2), RolloutConfig(max_turns=3))
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model), max_retries=2),
+                  config=RolloutConfig(max_turns=3))
     assert len(model.requests) == 4
     assert t.errors == {"tool_failure": 1} and t.finish_reason == "answer" and t.outcome == 1.0
     failed, answered = t.turns
@@ -305,14 +309,16 @@ def test_retries_then_a_counted_failure_then_the_episode_goes_on(serve):
 def test_retried_statuses_cost_nothing_when_a_reply_follows(serve):
     steps = [(429, {"error": "slow down"}, {"Retry-After": "0"}), (500, {"error": "boom"}, {}), reply("100")]
     model = Model(lambda body: steps.pop(0))
-    [t] = rollout([TASK], toolbox(), policy(serve(model), max_retries=2), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model), max_retries=2),
+                  config=RolloutConfig())
     assert len(model.requests) == 3 and t.errors == {} and t.num_turns == 1 and t.outcome == 1.0
 
 
 def test_a_hung_request_is_a_counted_timeout(serve):
     steps = ["hang", reply("100")]
     model = Model(lambda body: steps.pop(0))
-    [t] = rollout([TASK], toolbox(), policy(serve(model), timeout_s=0.3, max_retries=0), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model), timeout_s=0.3, max_retries=0),
+                  config=RolloutConfig())
     assert t.errors == {"timeout": 1} and t.outcome == 1.0
     assert t.turns[0].observations[0].error_kind == "timeout"
     assert 0.3 <= t.turns[0].gen_latency_s < 2.0
@@ -323,35 +329,36 @@ def test_an_unreadable_reply_is_a_counted_failure(serve):
              (200, {"choices": [{"message": {"role": "assistant", "content": [{"type": "text", "text": "10"},
                                                                                {"type": "text", "text": "0"}]}}]}, {})]
     model = Model(lambda body: steps.pop(0))
-    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig())
     assert t.errors == {"tool_failure": 2} and t.final_answer == "100" and t.outcome == 1.0
     assert "unexpected response" in t.turns[0].observations[0].error
 
 
 def test_usage_missing_is_estimated_and_still_priced(serve):
     model = Model(lambda body: reply("The answer is 100.", usage=None))
-    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig())
     assert t.meta["tokens_in"] > 10 and t.meta["tokens_out"] > 0
     assert t.cost_usd == pytest.approx((t.meta["tokens_in"] * PRICE_IN + t.meta["tokens_out"] * PRICE_OUT) / 1e6)
 
 
 def test_length_cut_and_max_turns(serve):
     model = Model(lambda body: reply("The answer is", finish="length"))
-    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig())
     assert t.finish_reason == "length"
     model = Model(lambda body: reply(None, [call("add", {"a": 1, "b": 1})]))
-    [t] = rollout([TASK], toolbox(), policy(serve(model)), RolloutConfig(max_turns=2))
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(serve(model)), config=RolloutConfig(max_turns=2))
     assert t.finish_reason == "max_turns" and t.num_turns == 2 and t.calls == {"add": 2}
 
 
 def test_preference_placement(serve):
     model = Model(lambda body: reply("100"))
     url = serve(model)
-    rollout([TASK], toolbox(), policy(url), RolloutConfig(preference_at="user"))
+    rollout(Environment(train=[TASK], tools=toolbox()), policy(url), config=RolloutConfig(preference_at="user"))
     user = model.requests[-1]["messages"][1]["content"]
     assert user == TASK.prompt + "\n\n" + PROFILES["thrifty"].render()
     with pytest.raises(ValueError, match="assistant"):
-        rollout([TASK], toolbox(), policy(url), RolloutConfig(preference_at="assistant"))
+        rollout(Environment(train=[TASK], tools=toolbox()), policy(url),
+                config=RolloutConfig(preference_at="assistant"))
 
 
 # ---------------------------------------------------------------------------------------------- downstream
@@ -362,7 +369,7 @@ def test_evaluate_viz_and_widgets_take_api_trajectories(serve, tmp_path):
     steps = {0: reply(None, [call("add", {"a": 2, "b": "x"})]), 1: reply("100")}
     model = Model(lambda body: steps[Model.turn(body)])
     tasks = [TASK, TASK.model_copy(update={"id": "t2"})]
-    report = evaluate(policy(serve(model)), tasks, toolbox(), name="gpt")
+    report = evaluate(policy(serve(model)), Environment(test=tasks, tools=toolbox()), name="gpt")
     s = report.metrics["overall"]
     assert s["n"] == 2 and s["accuracy"] == 1.0 and s["calls_per_task"] == 1.0
     assert s["errors"]["by_kind"] == {"schema_violation": 2} and s["errors"]["by_tool"] == {"add": 2}
@@ -405,7 +412,7 @@ def test_the_request_carries_the_key_from_the_environment_and_the_settings(serve
     model = Model(lambda body: reply("100"))
     p = policy(serve(model), api_key_env="ORCHLIB_TEST_KEY", temperature=0.0, max_tokens=64,
                extra_body={"reasoning_effort": "low"})
-    rollout([TASK], toolbox(), p, RolloutConfig())
+    rollout(Environment(train=[TASK], tools=toolbox()), p, config=RolloutConfig())
     [body], [headers] = model.requests, model.headers
     assert headers["authorization"] == "Bearer sk-secret"
     assert body["temperature"] == 0.0 and body["max_tokens"] == 64 and body["reasoning_effort"] == "low"
@@ -491,7 +498,7 @@ def test_a_dotted_tool_name_goes_out_as_openai_allows_and_comes_back_as_the_card
     model = Model(respond)
     box = Toolbox([FunctionTool.from_function(add, name="math.add"), FunctionTool.from_function(mul)])
     task = TASK.model_copy(update={"prompt": "What is 2+3?", "answer": "5"})
-    [t] = rollout([task], box, policy(serve(model)), RolloutConfig(max_turns=3))
+    [t] = rollout(Environment(train=[task], tools=box), policy(serve(model)), config=RolloutConfig(max_turns=3))
     assert t.errors == {} and t.calls == {"math.add": 1} and t.outcome == 1.0
     assert t.turns[0].observations[0].content == "5"
     assert sorted(f["function"]["name"] for f in model.requests[0]["tools"]) == ["math_add", "mul"]

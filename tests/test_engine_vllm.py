@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from conftest import TOY_ROLLOUT  # noqa: E402
 
+from orchlib.env import Environment
 from orchlib.engines import SamplingParams, VLLMConfig, VLLMEngine  # noqa: E402
 from orchlib.models import load_policy  # noqa: E402
 
@@ -212,8 +213,9 @@ def test_grpo_on_vllm_syncs_every_step_and_reports_the_mismatch(toy_warm):
 
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0, tasks_per_step=2,
                      engine="vllm", vllm=CFG)
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.from_string("name: accuracy\nreward: outcome"), cfg, hooks=Hooks(advantage=push_apart))
+    env = Environment(train=toy_tasks(), tools=toy_toolbox(),
+                      reward=Reward.from_string("name: accuracy\nreward: outcome"))
+    trainer = Trainer(load_policy(toy_warm[0]), env, cfg, hooks=Hooks(advantage=push_apart))
     try:
         assert isinstance(trainer.engine, VLLMEngine)
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

@@ -19,7 +19,8 @@ from orchlib.envs.airline import airline_tasks
 from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.models import build_tokenizer
 from orchlib.reward import Reward
-from orchlib.rollout import RolloutConfig, shown_preference
+from orchlib.prompting import shown_preference
+from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES
 from orchlib.testing import ScriptedEngine
 from orchlib.trajectory import ToolCall
@@ -51,50 +52,43 @@ def _rewards(reward, trajs, tasks, G):
             for r in reward(trajs[i * G:(i + 1) * G], P=shown_preference(t))]
 
 
-def test_an_environment_by_hand_rolls_out_as_the_older_form_does():
+def test_an_environment_by_hand_rolls_out_its_train_split():
     tasks, box, reward = _tasks(), toy_toolbox(), Reward.from_string(OUTCOME)
     env = Environment(train=tasks, tools=box, reward=reward, name="toy by hand")
     new = rollout(env, _engine(tasks), config=CONFIG, group_size=2)
-    old = rollout(tasks, box, _engine(tasks), CONFIG, group_size=2)
-    assert _rows(new) == _rows(old)
+    assert [(t.task_id, t.group_index) for t in new] == [(t.id, g) for t in tasks for g in (0, 1)]
     assert [t.turns[0].calls[0].name for t in new] == ["right", "wrong"] * 3
-    assert _rewards(env.reward, new, tasks, 2) == _rewards(reward, old, tasks, 2) == [1.0, 0.0] * 3
-    # positional config after the engine, and a subset of tasks by keyword
-    part = rollout(env, _engine(tasks), CONFIG, 2, tasks=tasks[1:])
-    assert _rows(part) == _rows(old)[2:]
+    assert [t.outcome for t in new] == [1.0, 0.0] * 3
+    assert _rewards(env.reward, new, tasks, 2) == [1.0, 0.0] * 3
+    # a subset of tasks by keyword: the same episodes as those tasks' share of the whole
+    part = rollout(env, _engine(tasks), config=CONFIG, group_size=2, tasks=tasks[1:])
+    assert _rows(part) == _rows(new)[2:]
     assert env.tasks == tuple(tasks) and env.test == () and env.users == {}
     assert isinstance(env.reward, RewardFunction)
 
 
-def test_the_environment_renders_the_prompt_it_asks_for():
+def test_the_prompt_is_the_rollout_configs_alone():
     tasks, box = _tasks(), toy_toolbox()
-    prompt = {"tool_schema": "full", "preference_at": "user", "preference_style": "name"}
-    env = Environment(train=tasks, tools=box, prompt=prompt)
-    base = RolloutConfig(max_turns=2, max_new_tokens=24, tool_latency="declared")  # prompt fields left unset
-    new = rollout(env, _engine(tasks), config=base, group_size=2)
-    old = rollout(tasks, box, _engine(tasks), base.model_copy(update=prompt), group_size=2)
-    plain = rollout(tasks, box, _engine(tasks), base, group_size=2)
-    assert _rows(new) == _rows(old) and _rows(new) != _rows(plain)
-    first = TOK.decode(new[0].ids[:new[0].mask.index(1)])
+    env = Environment(train=tasks, tools=box)
+    base = RolloutConfig(max_turns=2, max_new_tokens=24, tool_latency="declared")
+    named = base.model_copy(update={"preference_at": "user", "preference_style": "name"})
+    by_name = rollout(env, _engine(tasks), config=named, group_size=2)
+    plain = rollout(env, _engine(tasks), config=base, group_size=2)
+    assert _rows(by_name) != _rows(plain)
+    first = TOK.decode(by_name[0].ids[:by_name[0].mask.index(1)])
     assert "Question number 0?\n\nPreference (thrifty)" in first  # P after the task, by name
-    assert env.rollout_config(base).preference_at == "user" and env.rollout_config(base).max_turns == 2
-    # the same setting given twice with different values is an error; the same value is not
-    assert env.rollout_config(RolloutConfig(preference_at="user")).preference_at == "user"
-    with pytest.raises(ValueError, match="preference_at='user' but the rollout config sets preference_at='system'"):
-        rollout(env, _engine(tasks), config=RolloutConfig(preference_at="system"))
-    with pytest.raises(ValueError, match=r"\['max_turns'\] are not prompt settings"):
-        Environment(train=tasks, tools=box, prompt={"max_turns": 3})
-    with pytest.raises(ValueError, match="prompt: preference_at"):
-        Environment(train=tasks, tools=box, prompt={"preference_at": "middle"}).rollout_config(base)
+    # a world holds no prompt settings of its own: there is one place to set them
+    with pytest.raises(TypeError, match="prompt"):
+        Environment(train=tasks, tools=box, prompt={"preference_at": "user"})
+    assert not hasattr(env, "rollout_config")
 
 
-def test_evaluate_on_an_environment_equals_the_older_form():
+def test_evaluate_on_an_environment_runs_its_test_split():
     tasks, box, reward = _tasks(4), toy_toolbox(), Reward.from_string(OUTCOME)
     env = Environment(train=_tasks(1), test=tasks, tools=box, reward=reward)
     new = evaluate(_engine(tasks), env, config=CONFIG, group_size=2, name="p")
-    old = evaluate(_engine(tasks), tasks, box, reward, CONFIG, group_size=2, name="p")
-    assert new.metrics == old.metrics and new.rewards == old.rewards == [1.0, 0.0] * 4
-    assert _rows(new.trajectories) == _rows(old.trajectories)
+    assert new.rewards == [1.0, 0.0] * 4
+    assert [(t.task_id, t.group_index) for t in new.trajectories] == [(t.id, g) for t in tasks for g in (0, 1)]
     assert new.metrics["overall"]["accuracy"] == 0.5
     # the environment's reward can be replaced for one evaluation
     twice = evaluate(_engine(tasks), env, config=CONFIG, group_size=2, reward=lambda g, P=None: np.full(len(g), 2.0))
@@ -127,12 +121,12 @@ def test_bad_input_is_named():
     with pytest.raises(TypeError, match=r"tools\[0\]: a ToolCard, a Tool or a function"):
         Environment(train=tasks, tools=[3])
     env = Environment(train=tasks, tools=box)
-    with pytest.raises(TypeError, match="multiple values for argument 'config'"):
-        rollout(env, _engine(tasks), CONFIG, config=RolloutConfig(max_turns=3))
-    with pytest.raises(TypeError, match="rollout takes an Environment and an engine"):
-        rollout(tasks, box)
-    with pytest.raises(TypeError, match="tasks= goes with an Environment"):
-        rollout(tasks, box, _engine(tasks), tasks=tasks)
+    with pytest.raises(TypeError, match="positional argument"):  # one way: the config by keyword
+        rollout(env, _engine(tasks), CONFIG)
+    with pytest.raises(TypeError, match=r"env is an orchlib.Environment .*, not list"):
+        rollout(tasks, _engine(tasks))
+    with pytest.raises(TypeError, match=r"env is an orchlib.Environment .*, not list"):
+        evaluate(_engine(tasks), tasks)
     with pytest.raises(ValueError, match="has no train tasks"):
         rollout(Environment(test=tasks, tools=box), _engine(tasks))
     with pytest.raises(dataclass_frozen()):
@@ -157,10 +151,9 @@ def test_tools_may_be_functions_cards_or_a_toolbox():
 
 def test_suites_and_domains_are_environments():
     suite = make_suite(seed=0, n_train=5, n_test=5)
-    env = suite.environment(OUTCOME_FILE, tool_schema="compact")
+    env = suite.environment(OUTCOME_FILE)
     assert (env.name, env.train, env.test) == ("orchestra-mini", tuple(suite.train), tuple(suite.test))
     assert env.tools.names == suite.toolbox().names and isinstance(env.reward, Reward)
-    assert dict(env.prompt) == {"tool_schema": "compact"}
     assert sorted(ENVIRONMENTS) == ["airline", "orchestra-choice", "orchestra-mini", "orchestra-read", "shop", "toy"]
     shop = make_environment("shop", n_train=20, n_test=10)
     assert (len(shop.train), len(shop.test)) == (20, 10)
@@ -197,16 +190,15 @@ def test_engine_protocols():
 
 
 # ------------------------------------------------------------------------------------------- training
-def _trainer(tiny_policy, env_or_args, script, **kw):
+def _trainer(tiny_policy, env, script, **kw):
     from train_worker import scripted_engine
 
     from orchlib.train import GRPOConfig, Trainer
 
     model, tok = tiny_policy
     cfg = GRPOConfig(rollout=CONFIG, kl_coef=0.0, seed=0, tasks_per_step=4, **kw)
-    args = env_or_args if isinstance(env_or_args, tuple) else (env_or_args,)
-    trainer = Trainer((copy.deepcopy(model), tok), *args, cfg)
-    trainer.engine = scripted_engine(tok, trainer.tasks, script)
+    trainer = Trainer((copy.deepcopy(model), tok), env, cfg)
+    trainer.engine = scripted_engine(tok, trainer.env.train, script)
     return trainer
 
 
@@ -214,7 +206,8 @@ def test_a_trainer_built_from_an_environment_takes_a_step(tiny_policy):
     tasks = toy_tasks(4)
     env = Environment(train=tasks, test=toy_tasks(6)[4:], tools=toy_toolbox(), reward=Reward.from_string(OUTCOME))
     trainer = _trainer(tiny_policy, env, ["right", "wrong"] * 4)
-    assert trainer.env is env and trainer.tasks == tasks and trainer.toolbox is env.tools
+    assert trainer.env is env and trainer.env.train == tuple(tasks) and trainer.toolbox is env.tools
+    assert not hasattr(trainer, "tasks")  # no copy of the tasks beside the environment
     report = trainer.step()
     assert report.rewards == [1.0, 0.0] * 16 and report.metrics["groups_kept"] == 4
     assert all((a > 0) == (r == 1.0) for a, r in zip(report.advantages, report.rewards))
@@ -222,17 +215,16 @@ def test_a_trainer_built_from_an_environment_takes_a_step(tiny_policy):
     assert [t.turns[0].calls[0].name for t in report.trajectories] == ["right", "wrong"] * 16
 
 
-def test_a_trainer_takes_a_plain_callable_reward_in_either_form(tiny_policy):
+def test_a_trainer_takes_a_plain_callable_reward(tiny_policy):
     def doubled(group, P=None):
         return np.array([2.0 * t.outcome for t in group])
 
     tasks = toy_tasks(4)
     env = Environment(train=tasks, tools=toy_toolbox(), reward=doubled)
-    for world in (env, (tasks, toy_toolbox(), doubled)):
-        trainer = _trainer(tiny_policy, world, ["right", "wrong"] * 4)
-        report = trainer.step()
-        assert report.rewards == [2.0, 0.0] * 16 and report.metrics["reward"] == 1.0
-        assert not [k for k in report.metrics if k.startswith("reward/")]  # nothing to explain
+    trainer = _trainer(tiny_policy, env, ["right", "wrong"] * 4)
+    report = trainer.step()
+    assert report.rewards == [2.0, 0.0] * 16 and report.metrics["reward"] == 1.0
+    assert not [k for k in report.metrics if k.startswith("reward/")]  # nothing to explain
 
 
 def test_a_trainer_needs_a_reward_and_one_config(tiny_policy):
@@ -243,18 +235,27 @@ def test_a_trainer_needs_a_reward_and_one_config(tiny_policy):
         Trainer(tiny_policy, env)
     with pytest.raises(TypeError, match="multiple values for argument 'config'"):
         Trainer(tiny_policy, env.replace(reward=OUTCOME_FILE), GRPOConfig(), config=GRPOConfig(seed=3))
+    with pytest.raises(TypeError, match=r"env is an orchlib.Environment .*, not list"):
+        Trainer(tiny_policy, list(env.train), GRPOConfig())
 
 
 def test_run_training_takes_an_environment_in_place_of_the_world_its_file_names(tmp_path):
-    from orchlib.train.run import RunConfig, load_environment, load_world, run_training
+    from orchlib.envs.config import EnvConfig
+    from orchlib.train.run import RunConfig, load_environment, run_training
 
-    cfg = RunConfig(suite_train=5, suite_test=5, reward=OUTCOME_FILE)
+    cfg = RunConfig(env={"n_train": 5, "n_test": 5, "reward": OUTCOME_FILE})
     env = load_environment(cfg)
-    train, test, toolbox, reward = load_world(cfg)
-    assert (tuple(train), tuple(test), toolbox.names, env.name) == (env.train, env.test, env.tools.names,
-                                                                    "orchestra-mini")
+    suite = make_suite(seed=0, n_train=5, n_test=5)
+    assert (env.name, env.train, env.test) == ("orchestra-mini", tuple(suite.train), tuple(suite.test))
+    assert env.tools.names == suite.toolbox().names and env.reward.name == Reward.load(OUTCOME_FILE).name
+    # one entry, said three ways: a bare name, a name with options, a factory (a string with ':')
+    assert EnvConfig.model_validate("shop").world == "shop" and RunConfig().env.world == "orchestra-mini"
+    assert EnvConfig.model_validate("pkg.mod:make").factory == "pkg.mod:make"
+    shop = load_environment(RunConfig(env={"name": "shop", "seed": 1, "n_train": 3, "n_test": 2}))
+    want = make_environment("shop", seed=1, n_train=3, n_test=2)
+    assert (shop.train, shop.test, shop.tools.names) == (want.train, want.test, want.tools.names)
     toy = Environment(train=toy_tasks(2), tools=toy_toolbox(), reward=Reward.from_string(OUTCOME))
-    with pytest.raises(ValueError, match=r"replaces \['reward', 'suite_test', 'suite_train'\]"):
+    with pytest.raises(ValueError, match=r"the environment replaces cfg.env; leave it unset"):
         run_training(cfg, env=toy)
     with pytest.raises(ValueError, match="has no reward"):
         run_training(RunConfig(out=str(tmp_path)), env=toy.replace(reward=None))

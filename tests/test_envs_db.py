@@ -44,7 +44,7 @@ def test_state_hash_is_canonical_over_models_dataclasses_and_json():
 
 def test_make_env_hands_out_independent_copies():
     task = TASKS["airline-change"]
-    a, b = AIRLINE.make_env(task), AIRLINE.make_env(task)
+    a, b = AIRLINE.make_state(task), AIRLINE.make_state(task)
     a["users"]["mia_li"]["balance_cents"] = 0
     assert b["users"]["mia_li"]["balance_cents"] == INITIAL["users"]["mia_li"]["balance_cents"] == 50000
     assert state_hash(b) == state_hash(INITIAL) != state_hash(a)
@@ -133,11 +133,11 @@ def test_tasks_name_the_domain_by_module_object_attribute_and_survive_a_task_fil
     back = load_tasks(path)
     assert back == list(TASKS.values())
     task = back[0]
-    assert task.env == "orchlib.envs.airline:AIRLINE.make_env"
-    assert state_hash(task.make_env()) == state_hash(INITIAL)
+    assert task.state == "orchlib.envs.airline:AIRLINE.make_state"
+    assert state_hash(task.make_state()) == state_hash(INITIAL)
     assert task.score("You are on HA101 and $30.00 was charged.", AIRLINE.replay(task)) == 1.0
     # a callable works in code, and cannot be written to a file
-    in_code = task.model_copy(update={"env": AIRLINE.make_env, "checker": AIRLINE.check})
+    in_code = task.model_copy(update={"state": AIRLINE.make_state, "checker": AIRLINE.check})
     assert in_code.score("You are on HA101 and $30.00 was charged.", AIRLINE.replay(task)) == 1.0
     with pytest.raises(ValueError, match="task airline-change: checker is a Python function"):
         save_tasks([in_code], tmp_path / "no.jsonl")
@@ -146,7 +146,7 @@ def test_tasks_name_the_domain_by_module_object_attribute_and_survive_a_task_fil
 
 def test_bad_import_paths_are_refused_when_the_task_is_made():
     with pytest.raises(ValueError, match="expected an import path"):
-        Task(id="x", prompt="p", env="orchlib.envs.airline.AIRLINE")
+        Task(id="x", prompt="p", state="orchlib.envs.airline.AIRLINE")
     with pytest.raises(ValueError, match="unknown checker"):
         Task(id="x", prompt="p", checker="not a path")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchlib.cards import load_cards
-from orchlib.envs import SUITES, make_suite
+from orchlib.envs import ENVIRONMENTS, make_suite
 from orchlib.envs.mini import CATEGORIES, CATEGORY_TOOLS, paid_api_tools, preference_for, shop_cards
 from orchlib.envs.shop import replay
 from orchlib.tasks import PROFILES, load_tasks
@@ -30,7 +30,15 @@ def toolbox(suite):
 
 
 def test_registry():
-    assert SUITES["orchestra-mini"] is make_suite
+    import orchlib.envs
+    from orchlib.envs import mini
+
+    assert ENVIRONMENTS["orchestra-mini"] is mini.environment
+    assert not hasattr(orchlib.envs, "SUITES")  # one registry of worlds
+    env = ENVIRONMENTS["orchestra-mini"](seed=3, n_train=5, n_test=5)
+    suite = make_suite(3, n_train=5, n_test=5)
+    assert ([t.id for t in env.train], [t.id for t in env.test]) == ([t.id for t in suite.train],
+                                                                     [t.id for t in suite.test])
 
 
 def test_splits_are_disjoint_and_sized(suite):
@@ -67,7 +75,7 @@ def test_tools_and_preferences(suite):
 
 def test_every_golden_answer_scores_one(suite):
     for t in suite.train + suite.test:
-        env = replay(t) if t.category == "shop" else t.make_env()
+        env = replay(t) if t.category == "shop" else t.make_state()
         assert t.score(t.golden.answer, env) == 1.0, t.id
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.envs import shop
 from orchlib.envs.shop import (WRITE_TOOLS, check, initial_db, make_shop_env, replay, shop_cancel_order,
                                shop_place_order, shop_tasks, shop_update_email)
@@ -124,7 +125,7 @@ def test_an_episode_is_scored_on_its_own_database():
         return ScriptedEngine(tok, lambda prompt, turn: render_call(calls[turn]) if turn < len(calls)
                               else task.golden.answer)
 
-    [right] = rollout([task], box, agent(task.golden.calls), config)
-    [wrong] = rollout([task], box, agent(perturbed(task)), config)
+    [right] = rollout(Environment(train=[task], tools=box), agent(task.golden.calls), config=config)
+    [wrong] = rollout(Environment(train=[task], tools=box), agent(perturbed(task)), config=config)
     assert right.final_answer == wrong.final_answer == task.golden.answer
     assert right.outcome == 1.0 and wrong.outcome == 0.0

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from orchlib.env import Environment
 from orchlib.baselines import RouteResult, choose, make_baselines, route_stats, routes, try_routes
 from orchlib.chat import render_call
 from orchlib.engines.scripted import ScriptedEngine
@@ -201,7 +202,7 @@ def test_oracle_against_brute_force(small, tokenizer, trials):
     suite, box = small
     tasks = suite.test
     engines = make_baselines(tasks, box, tokenizer, trials=trials)
-    rep = evaluate(engines["oracle"], tasks, box)
+    rep = evaluate(engines["oracle"], Environment(test=tasks, tools=box))
     # Accuracy: the share of tasks some route gets right.
     solvable = np.mean([max(r.outcome for r in trials.results[t.id].values()) for t in tasks])
     assert rep.metrics["overall"]["accuracy"] == pytest.approx(solvable)
@@ -218,7 +219,8 @@ def test_oracle_against_brute_force(small, tokenizer, trials):
 def test_baselines_run_through_the_rollout(small, tokenizer, trials):
     suite, box = small
     engines = make_baselines(suite.test, box, tokenizer, trials=trials, calibration=trials)
-    reps = {n: evaluate(e, suite.test, box, reward=Reward.load("rewards/outcome.yaml")) for n, e in engines.items()}
+    reps = {n: evaluate(e, Environment(test=suite.test, tools=box), reward=Reward.load("rewards/outcome.yaml")) for n,
+            e in engines.items()}
     stats = route_stats(trials)
     for name, rep in reps.items():
         m = rep.metrics["overall"]
@@ -268,7 +270,7 @@ def test_baselines_find_their_task_without_p_in_the_system_turn(small, tokenizer
     suite, box = small
     oracle = make_baselines(suite.test, box, tokenizer, names=["oracle"], trials=trials)["oracle"]
     config = EVAL_ROLLOUT.model_copy(update={"tool_schema": "compact", **where})
-    rep = evaluate(oracle, suite.test, box, config=config)
+    rep = evaluate(oracle, Environment(test=suite.test, tools=box), config=config)
     assert [t.outcome for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].outcome
                                                      for t in suite.test]
 
@@ -285,7 +287,7 @@ def test_baselines_find_each_profiles_route_when_p_shows_its_name_only(small, to
     tasks = under_profiles(suite.test[:6], ["accuracy", "thrifty"])
     trials = try_routes(tasks, box, tokenizer, config)
     oracle = make_baselines(tasks, box, tokenizer, names=["oracle"], trials=trials, config=config)["oracle"]
-    rep = evaluate(oracle, tasks, box, config=config)
+    rep = evaluate(oracle, Environment(test=tasks, tools=box), config=config)
     assert [t.outcome for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].outcome for t in tasks]
     assert [t.cost_usd for t in rep.trajectories] == [trials.results[t.id][oracle.plan[t.id]].cost_usd for t in tasks]
     prompts = [tokenizer.decode(t.ids[:t.prompt_len]) for t in rep.trajectories]
@@ -294,4 +296,4 @@ def test_baselines_find_each_profiles_route_when_p_shows_its_name_only(small, to
     # keyed by the other style's line, the two copies of a question are ambiguous: a clear error, not a guess
     blind = make_baselines(tasks, box, tokenizer, names=["oracle"], trials=trials)["oracle"]
     with pytest.raises(KeyError, match="no single planned route"):
-        evaluate(blind, tasks, box, config=config)
+        evaluate(blind, Environment(test=tasks, tools=box), config=config)

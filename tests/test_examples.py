@@ -57,3 +57,42 @@ def test_train_tiny_plugs_in_the_demos_paired_profiles_by_import_path():
     hooks = cfg.hooks.build()
     assert isinstance(hooks.sampler, PairedProfiles) and hooks.sampler.profiles == ("accuracy", "thrifty")
     assert hooks.record == VariantConfig(paired_profiles=("accuracy", "thrifty")).hooks().record
+
+
+def test_paper_grpo_in_one_file_is_the_trainers_method_bit_for_bit(toy_warm):
+    """examples/paper_grpo.py, 3 steps beside `Trainer` from the same warm-started policy at the same seed:
+    every parameter equal (torch.equal). Every group is kept and the weights decay a little, so each
+    step is an optimiser step that moves the weights whatever the episodes sampled."""
+    import importlib.util
+
+    import torch
+    from conftest import TOY_ROLLOUT
+
+    from orchlib.envs.toy import environment
+    from orchlib.models import load_policy
+    from orchlib.rollout import RolloutConfig
+    from orchlib.train import GRPOConfig, Trainer
+
+    spec = importlib.util.spec_from_file_location("paper_grpo", REPO / "examples" / "paper_grpo.py")
+    paper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paper)
+    assert paper.__doc__.startswith(".venv/bin/python examples/paper_grpo.py")  # it opens with its command
+    assert len((REPO / "examples" / "paper_grpo.py").read_text().splitlines()) <= 350
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), seed=0, mixed_precision="no", tasks_per_step=2,
+                     group_size=4, micro_batch_size=64, min_reward_spread=None, weight_decay=0.01)
+    env = environment(n_train=8, n_test=2)
+    trainer = Trainer(load_policy(toy_warm[0]), env, cfg)
+    trainer.run(3, progress=False)
+    model, tok = load_policy(toy_warm[0])
+    lines: list[str] = []
+    paper.train(model, tok, env, cfg, 3, log=lines.append)
+    theirs = dict(trainer.accelerator.unwrap_model(trainer.model).named_parameters())
+    start = dict(load_policy(toy_warm[0])[0].named_parameters())
+    ours = dict(model.named_parameters())
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(p, theirs[n]) for n, p in ours.items()), [n for n, p in ours.items()
+                                                                       if not torch.equal(p, theirs[n])]
+    assert any(not torch.equal(p, start[n]) for n, p in ours.items())  # three optimiser steps moved the weights
+    # the same episodes: each step's mean reward, as the two print and log it
+    rewards = [float(line.split("reward ")[1].split(",")[0]) for line in lines if line.startswith("step ")]
+    assert rewards == [round(h["reward"], 3) for h in trainer.history]

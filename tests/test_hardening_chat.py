@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchlib.env import Environment
 from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls, render_call
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.safejson import MAX_DEPTH
@@ -65,7 +66,7 @@ def test_a_deeply_nested_call_is_an_error_observation_and_the_rollout_goes_on(ti
     box = Toolbox([FunctionTool.from_function(echo)])
     task = Task(id="t", prompt="Say 3.", answer="3", checker="numeric")
     engine = ScriptedEngine(tok, [wrap(nested(1_000)), "3"])
-    [traj] = rollout([task], box, engine, RolloutConfig(max_turns=3))
+    [traj] = rollout(Environment(train=[task], tools=box), engine, config=RolloutConfig(max_turns=3))
     assert traj.errors == {"malformed_call": 1}
     assert traj.final_answer == "3" and traj.outcome == 1.0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from orchlib.env import Environment
 from orchlib.train import checkpoint
 from orchlib.train.checkpoint import (CheckpointError, commit, find_checkpoint, is_complete, random_state_from_json,
                                       random_state_to_json, read_trainer_state, temporary_sibling)
@@ -205,19 +206,19 @@ def saved_trainer(policy_cache, tmp_path):
     from orchlib.reward import Reward
     from orchlib.train import GRPOConfig, Trainer
 
-    args = (toy_tasks(4), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"))
-    trainer = Trainer(build_default_policy("tiny", cache=policy_cache), *args, GRPOConfig(seed=3))
+    env = Environment(train=toy_tasks(4), tools=toy_toolbox(), reward=Reward.from_string("name: a\nreward: outcome"))
+    trainer = Trainer(build_default_policy("tiny", cache=policy_cache), env, GRPOConfig(seed=3))
     trainer.rng.random()  # a sampler state that differs from a fresh trainer's
     path = trainer.save(tmp_path / "ckpt")
-    return trainer, path, args
+    return trainer, path, env
 
 
 def test_a_checkpoint_just_saved_resumes_with_its_sampler_and_engine_state(saved_trainer):
     from orchlib.train import Trainer
 
-    trainer, path, args = saved_trainer
+    trainer, path, env = saved_trainer
     assert (path / "sampler_rng.json").is_file() and not (path / "sampler_rng.pkl").exists()
-    back = Trainer.resume(path, *args)
+    back = Trainer.resume(path, env)
     assert back.step_count == 0 and back.history == []
     assert back.rng.getstate() == trainer.rng.getstate()
     assert torch.equal(back.engine.generator.get_state(), trainer.engine.generator.get_state())
@@ -226,40 +227,40 @@ def test_a_checkpoint_just_saved_resumes_with_its_sampler_and_engine_state(saved
 def test_a_forged_pickle_in_a_checkpoint_is_never_unpickled(saved_trainer, tmp_path):
     from orchlib.train import Trainer
 
-    trainer, path, args = saved_trainer
+    trainer, path, env = saved_trainer
     ran = tmp_path / "code-ran"
     # where the previous format kept the sampler state, and in the engine's RNG file (a torch pickle)
     (path / "sampler_rng.pkl").write_bytes(pickle.dumps(WritesAMarker(ran)))
     rehash(path)
-    Trainer.resume(path, *args)  # the old file name is not read at all
+    Trainer.resume(path, env)  # the old file name is not read at all
     assert not ran.exists()
     torch.save(WritesAMarker(ran), path / "state" / "engine_rng_0.pt")
     rehash(path)
     with pytest.raises(CheckpointError, match=f"^{path / 'state'}: cannot be loaded into this trainer"):
-        Trainer.resume(path, *args)
+        Trainer.resume(path, env)
     assert not ran.exists()
 
 
 def test_a_forged_step_is_refused_on_resume(saved_trainer):
     from orchlib.train import Trainer
 
-    trainer, path, args = saved_trainer
+    trainer, path, env = saved_trainer
     state = json.loads((path / "trainer_state.json").read_text())
     for step, problem in [(99, "step: 99, but history holds 0 step(s)"), (-5, "step: -5 is negative")]:
         (path / "trainer_state.json").write_text(json.dumps({**state, "step": step}))
         rehash(path)
         with pytest.raises(CheckpointError, match=re.escape(f"{path / 'trainer_state.json'}: {problem}")):
-            Trainer.resume(path, *args)
+            Trainer.resume(path, env)
 
 
 def test_a_truncated_weights_file_is_named_on_resume(saved_trainer):
     from orchlib.train import Trainer
 
-    trainer, path, args = saved_trainer
+    trainer, path, env = saved_trainer
     weights = path / "policy" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(weights))}: 100 bytes where"):
-        Trainer.resume(path, *args)
+        Trainer.resume(path, env)
 
 
 # ------------------------------------------------------------------------------ a save on a full disk
@@ -287,7 +288,7 @@ def test_a_save_on_a_full_disk_is_one_line_removes_its_partial_copy_and_a_later_
     from orchlib.train import Trainer
     from orchlib.train.checkpoint import CheckpointSaveError
 
-    trainer, path, args = saved_trainer
+    trainer, path, env = saved_trainer
     saved_rng = (path / "sampler_rng.json").read_text()
     trainer.rng.random()  # the next save would write a different sampler state
     trainer.step_count, trainer.history = 1, [{"step": 1.0}]
@@ -299,10 +300,10 @@ def test_a_save_on_a_full_disk_is_one_line_removes_its_partial_copy_and_a_later_
     assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
     assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt"]  # no .ckpt.tmp-1 left to fill the disk
     assert find_checkpoint(path) == path and (path / "sampler_rng.json").read_text() == saved_rng
-    assert Trainer.resume(path, *args).step_count == 0
+    assert Trainer.resume(path, env).step_count == 0
     monkeypatch.undo()
     trainer.save(path)  # space again: the next save goes through
-    assert Trainer.resume(path, *args).step_count == 1
+    assert Trainer.resume(path, env).step_count == 1
     assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt"]
 
 
@@ -332,7 +333,8 @@ def test_train_whose_save_hits_a_full_disk_prints_one_line_and_exits_2(tmp_path,
         from orchlib.reward import Reward
         from orchlib.train import Trainer
 
-        trainer = Trainer("tiny", toy_tasks(2), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"))
+        trainer = Trainer("tiny", Environment(train=toy_tasks(2), tools=toy_toolbox(),
+                                             reward=Reward.from_string("name: a\nreward: outcome")))
         disk_full_after(monkeypatch, 0)
         trainer.save(tmp_path / "run" / "checkpoint")
 

@@ -156,7 +156,8 @@ def test_history_json_is_never_half_written(open_tmp, monkeypatch):
     (out / "history.json").write_text('[{"step": 1}]')
     history = [{"step": float(i), "reward": 0.5, "accuracy": 1.0} for i in range(200)]
     monkeypatch.setattr(orchlib.train.run, "run_training",
-                        lambda cfg, progress=True: types.SimpleNamespace(history=history, step_count=200))
+                        lambda cfg, progress=True, trust_code=False: types.SimpleNamespace(history=history,
+                                                                                            step_count=200))
     config = write_config(open_tmp, steps=1, out=str(out))
 
     def train():

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.cards import Price, ToolCard
 from orchlib.engines.openai import OpenAIPolicy
 from orchlib.rollout import RolloutConfig, rollout
@@ -130,8 +131,8 @@ MALFORMED = {
 def test_a_malformed_reply_is_the_episodes_counted_error_and_every_episode_comes_back(endpoint, case):
     bad, problem = MALFORMED[case]
     url = endpoint(bad_then_good(bad))
-    trajs = rollout([TASK, TASK.model_copy(update={"id": "t2"})], toolbox(), policy(url), RolloutConfig(),
-                    group_size=3)
+    trajs = rollout(Environment(train=[TASK, TASK.model_copy(update={"id": "t2"})], tools=toolbox()), policy(url),
+                    config=RolloutConfig(), group_size=3)
     assert len(trajs) == 6  # none lost
     for t in trajs:
         assert t.errors == {"tool_failure": 1} and t.final_answer == "100" and t.outcome == 1.0
@@ -145,7 +146,7 @@ def test_a_response_body_over_the_cap_is_refused_and_the_episode_goes_on(endpoin
     huge = completion(content="x" * (20 * 10**6))  # 20 MB
     assert len(huge) > MAX_RESPONSE_BYTES
     url = endpoint(bad_then_good(huge))
-    [t] = rollout([TASK], toolbox(), policy(url), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(url), config=RolloutConfig())
     assert t.errors == {"tool_failure": 1} and t.final_answer == "100"
     assert "is over 10 MiB; refused unread" in t.turns[0].observations[0].error
 
@@ -153,7 +154,7 @@ def test_a_response_body_over_the_cap_is_refused_and_the_episode_goes_on(endpoin
 def test_a_body_just_under_the_cap_is_read(endpoint):
     filler = "x" * (MAX_RESPONSE_BYTES - 1000)
     url = endpoint(lambda body: completion(content=filler))
-    [t] = rollout([TASK], toolbox(), policy(url), RolloutConfig())
+    [t] = rollout(Environment(train=[TASK], tools=toolbox()), policy(url), config=RolloutConfig())
     assert t.errors == {} and t.final_answer == filler
 
 
@@ -182,7 +183,7 @@ def test_an_engine_that_raises_is_counted_for_its_episode_only():
             return ChatReply(text="100", content="100", message={"role": "assistant", "content": "100"})
 
     other = Task(id="t2", prompt="What is 50*2?", answer="100", checker="numeric")
-    trajs = rollout([TASK, other], toolbox(), Flaky(), RolloutConfig(), group_size=2)
+    trajs = rollout(Environment(train=[TASK, other], tools=toolbox()), Flaky(), config=RolloutConfig(), group_size=2)
     assert [t.errors for t in trajs] == [{"tool_failure": 1}] * 2 + [{}] * 2
     assert trajs[0].turns[0].observations[0].error == "flaky: KeyError: 'choices'"
     assert all(t.final_answer == "100" for t in trajs)
@@ -225,7 +226,8 @@ def test_a_malformed_user_reply_is_a_counted_user_failure(endpoint, case):
         return bad if body["messages"][0]["content"].startswith(USER_RULES) else completion("How can I help?")
 
     url = endpoint(answer)
-    trajs = rollout([with_user(url)], toolbox(), policy(url), RolloutConfig(), group_size=3)
+    trajs = rollout(Environment(train=[with_user(url)], tools=toolbox()), policy(url), config=RolloutConfig(),
+                    group_size=3)
     assert len(trajs) == 3
     for t in trajs:
         assert t.errors == {"user_failure": 1} and t.finish_reason == "user_stop"
@@ -240,7 +242,7 @@ def test_a_user_of_ones_own_that_raises_is_a_counted_user_failure(endpoint):
 
     url = endpoint(lambda body: completion("How can I help?"))
     task = TASK.model_copy(update={"user": lambda task: Broken()})
-    [t] = rollout([task], toolbox(), policy(url), RolloutConfig())
+    [t] = rollout(Environment(train=[task], tools=toolbox()), policy(url), config=RolloutConfig())
     assert t.errors == {"user_failure": 1} and t.turns[0].user.error == "ValueError: no reply today"
 
 

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.cards import Price, ToolCard, save_card
 from orchlib.judge import DEFAULT_JUDGE_PROMPT, Judge, JudgeConfig, read_verdict, set_judge, use_judge
 from orchlib.tasks import Task
@@ -170,7 +171,7 @@ def test_an_api_policy_graded_by_the_judge(grader):
     policy = OpenAIPolicy(base_url=url, model="policy", price=Price(per_m_input=1.0, per_m_output=4.0))
     j = judge(url)
     with use_judge(j):
-        out = rollout([TASK], Toolbox([]), policy, RolloutConfig(), group_size=6)
+        out = rollout(Environment(train=[TASK], tools=Toolbox([])), policy, config=RolloutConfig(), group_size=6)
     assert sorted(t.outcome for t in out) == [0.0] * 3 + [1.0] * 3
     assert all(t.cost_usd == pytest.approx((400 * 1.0 + 20 * 4.0) / 1e6) for t in out)  # no judge money here
     assert j.stats.requests == 2 and j.stats.cache_hits == 4  # two distinct answers among six

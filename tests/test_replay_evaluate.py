@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from orchlib.env import Environment
 from orchlib.baselines import RouteEngine, TokenizeMemo, make_baselines, route_stats, routes, try_routes
 from orchlib.evaluate import EVAL_ROLLOUT, aiq, evaluate, frontier, pgr
 from orchlib.rollout import rollout
@@ -81,7 +82,8 @@ def test_routes_and_baselines_agree_with_numpy(setup, tokenizer):
         assert s["cost_usd"] == pytest.approx(cost[:, j].mean(), rel=1e-9)
         assert s["latency_s"] == pytest.approx(lat[:, j].mean(), rel=1e-9)
     engines = make_baselines(tasks, box, tokenizer, trials=trials, config=CONFIG)
-    reports = {n: evaluate(e, tasks, box, config=CONFIG).metrics["overall"] for n, e in engines.items()}
+    reports = {n: evaluate(e, Environment(test=tasks, tools=box), config=CONFIG).metrics["overall"] for n,
+               e in engines.items()}
     acc, mean_cost = grade.mean(0), cost.mean(0)
     strongest = min(range(len(names)), key=lambda j: (-acc[j], mean_cost[j], names[j]))
     cheapest = min(range(len(names)), key=lambda j: (mean_cost[j], -acc[j], names[j]))
@@ -131,10 +133,12 @@ def test_the_route_runner_gives_what_the_plain_rollout_gives(setup, tokenizer):
     trials = try_routes(tasks, box, tokenizer, CONFIG)
     task_routes = {t.id: routes(t, box.cards) for t in tasks}
     for label in list(task_routes[tasks[0].id])[:3]:
-        plain = rollout(tasks, box, RouteEngine(tokenizer, tasks, {t.id: label for t in tasks}, task_routes),
-                        CONFIG, seed=0)
-        memo = rollout(tasks, box, RouteEngine(trials.tokenizer, tasks, {t.id: label for t in tasks}, task_routes),
-                       CONFIG, seed=0)
+        plain = rollout(Environment(train=tasks, tools=box), RouteEngine(tokenizer, tasks,
+                                                                         {t.id: label for t in tasks}, task_routes),
+                        config=CONFIG, seed=0)
+        memo = rollout(Environment(train=tasks, tools=box), RouteEngine(trials.tokenizer, tasks,
+                                                                        {t.id: label for t in tasks}, task_routes),
+                       config=CONFIG, seed=0)
         for t, a, b in zip(tasks, plain, memo):
             r = trials.results[t.id][label]
             assert (r.outcome, r.cost_usd, r.latency_s) == (a.outcome, a.cost_usd, a.latency_s)
@@ -163,7 +167,7 @@ def test_each_prompt_is_rendered_and_tokenised_once(setup, tokenizer):
     trials = try_routes(tasks, box, spy, CONFIG)
     engines = make_baselines(tasks, box, spy, trials=trials, config=CONFIG)
     for engine in engines.values():
-        evaluate(engine, tasks, box, config=CONFIG)
+        evaluate(engine, Environment(test=tasks, tools=box), config=CONFIG)
     assert isinstance(trials.tokenizer, TokenizeMemo) and all(e.tokenizer is trials.tokenizer for e in engines.values())
     # 5 routes + 4 baselines: each prompt rendered and encoded at most once (orchlib's own template is put
     # together without the tokenizer, and the system turn, the same for every task, is encoded once)
@@ -176,7 +180,7 @@ def test_each_prompt_is_rendered_and_tokenised_once(setup, tokenizer):
 def test_the_memo_renders_encodes_and_decodes_as_the_tokenizer_does(setup, tokenizer, update):
     """Text, ids and decoded text of every prompt are the tokenizer's own, on prompts that hold added
     tokens' text, non-ASCII text and JSON, under every place P can be rendered."""
-    from orchlib.rollout import render_prompt, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
     from orchlib.tasks import Preference
 
     _, _, box, tasks = setup
@@ -230,7 +234,7 @@ def test_routellm_recording_accuracy_and_oracle(tokenizer):
     assert stats["gpt4"]["accuracy"] == pytest.approx(gpt4.mean()) and stats["mixtral"]["accuracy"] == pytest.approx(
         mixtral.mean())
     oracle = make_baselines(tasks, box, tokenizer, names=["oracle"], trials=trials, config=CONFIG)["oracle"]
-    report = evaluate(oracle, tasks, box, config=CONFIG).metrics["overall"]
+    report = evaluate(oracle, Environment(test=tasks, tools=box), config=CONFIG).metrics["overall"]
     assert report["accuracy"] == pytest.approx(np.maximum(gpt4, mixtral).mean())
     assert report["calls"]["mixtral"]["count"] == int(((mixtral == 1) | (gpt4 == 0)).sum())  # cheaper when it is right
 
@@ -252,7 +256,8 @@ def test_stand_in_calls_awaited_in_turn_give_what_concurrent_calls_give(setup, t
     config = CONFIG.model_copy(update={"tool_timeout_s": 20.0})  # some recorded latencies are over it
 
     def run():
-        return rollout(tasks[:12], box, ScriptedEngine(tokenizer, script), config, seed=0)
+        return rollout(Environment(train=tasks[:12], tools=box), ScriptedEngine(tokenizer, script), config=config,
+                       seed=0)
 
     fast = run()
     monkeypatch.setattr(rollout_module, "_stand_ins_only", lambda calls, toolbox: False)
@@ -287,21 +292,22 @@ def test_evaluate_in_batches_streamed_to_a_file_gives_the_same_report(setup, tok
     def reward(group, P=None):  # any function of the group: cost and outcome, per trajectory
         return np.array([t.outcome - 100 * t.cost_usd for t in group])
 
-    plain = evaluate(engine, tasks, box, reward=reward, config=CONFIG)
+    plain = evaluate(engine, Environment(test=tasks, tools=box), reward=reward, config=CONFIG)
     path = tmp_path / "runs" / "random.jsonl"
-    streamed = evaluate(engine, tasks, box, reward=reward, config=CONFIG, batch_size=7, trajectories_to=path)
+    streamed = evaluate(engine, Environment(test=tasks, tools=box), reward=reward, config=CONFIG, batch_size=7,
+                        trajectories_to=path)
     assert streamed.metrics == plain.metrics and streamed.rewards == plain.rewards
     assert streamed.trajectories == [] and streamed.trajectories_path == path
     assert read_jsonl(path) == plain.trajectories
     assert not [p for p in path.parent.iterdir() if p.name != path.name]  # no temporary file left
-    batched = evaluate(engine, tasks, box, config=CONFIG, batch_size=7)  # in memory, in batches
+    batched = evaluate(engine, Environment(test=tasks, tools=box), config=CONFIG, batch_size=7)  # in memory, in batches
     assert batched.trajectories == plain.trajectories
     saved = streamed.save(tmp_path / "report")
     assert read_jsonl(saved / "trajectories.jsonl") == plain.trajectories
     with pytest.raises(ValueError, match="needs the trajectories in memory"):
         reward_across({"a": plain, "b": streamed}, reward)
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
-        evaluate(engine, tasks, box, config=CONFIG, batch_size=0)
+        evaluate(engine, Environment(test=tasks, tools=box), config=CONFIG, batch_size=0)
 
 
 def test_a_failed_streamed_evaluation_leaves_no_file(setup, tokenizer, tmp_path):
@@ -312,5 +318,6 @@ def test_a_failed_streamed_evaluation_leaves_no_file(setup, tokenizer, tmp_path)
 
     engine = make_baselines(tasks, box, tokenizer, names=["cheapest"], config=CONFIG)["cheapest"]
     with pytest.raises(RuntimeError, match="reward failed"):
-        evaluate(engine, tasks, box, reward=broken, config=CONFIG, batch_size=5, trajectories_to=tmp_path / "t.jsonl")
+        evaluate(engine, Environment(test=tasks, tools=box), reward=broken, config=CONFIG, batch_size=5,
+                 trajectories_to=tmp_path / "t.jsonl")
     assert list(tmp_path.iterdir()) == []

@@ -9,9 +9,11 @@ import time
 import pytest
 import torch
 
+from orchlib.env import Environment
 from orchlib.chat import IM_END, parse_tool_calls, render_assistant
 from orchlib.engines import SamplingParams, TransformersEngine
-from orchlib.rollout import RolloutConfig, render_prompt, rollout
+from orchlib.prompting import render_prompt
+from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import PROFILES, Task
 from orchlib.testing import ScriptedEngine
 from orchlib.tools import Toolbox
@@ -82,7 +84,7 @@ def test_several_turns_and_concurrent_calls(tiny_policy, toolbox):
     engine = ScriptedEngine(tok, [two_calls, call("mul", a=3, b=4), "12"])
     cfg = RolloutConfig(policy_seconds_per_token=0.001, max_new_tokens=200)
     t0 = time.perf_counter()
-    [traj] = rollout([TASK], toolbox, engine, cfg)
+    [traj] = rollout(Environment(train=[TASK], tools=toolbox), engine, config=cfg)
     wall = time.perf_counter() - t0
     assert traj.finish_reason == "answer" and traj.final_answer == "12" and traj.outcome == 1.0
     assert traj.calls == {"add": 1, "mul": 2}
@@ -110,7 +112,8 @@ def test_errors_become_observations_and_are_counted(tiny_policy, toolbox):
              call("sleepy", seconds=2.0),                                        # timeout
              "12"]
     engine = ScriptedEngine(tok, turns)
-    [traj] = rollout([TASK], toolbox, engine, RolloutConfig(max_turns=6, tool_timeout_s=0.2))
+    [traj] = rollout(Environment(train=[TASK], tools=toolbox), engine, config=RolloutConfig(max_turns=6,
+                                                                                            tool_timeout_s=0.2))
     assert traj.errors == {"malformed_call": 1, "unknown_tool": 1, "schema_violation": 1, "timeout": 1}
     kinds = [[o.error_kind for o in t.observations] for t in traj.turns]
     assert kinds == [["malformed_call"], ["unknown_tool"], ["schema_violation"], ["timeout"], []]
@@ -126,7 +129,7 @@ def test_final_tool_ends_episode(tiny_policy, toolbox):
     _, tok = tiny_policy
     engine = ScriptedEngine(tok, [call("oracle", question="?"), "never reached"])
     task = TASK.model_copy(update={"answer": "42"})
-    [traj] = rollout([task], toolbox, engine, RolloutConfig())
+    [traj] = rollout(Environment(train=[task], tools=toolbox), engine, config=RolloutConfig())
     assert traj.finish_reason == "final_tool" and traj.final_answer == "42" and traj.outcome == 1.0
     assert len(traj.turns) == 1
 
@@ -134,11 +137,12 @@ def test_final_tool_ends_episode(tiny_policy, toolbox):
 def test_max_turns_and_token_budget(tiny_policy, toolbox):
     _, tok = tiny_policy
     engine = ScriptedEngine(tok, [call("add", a=1, b=1)], on_end="repeat")  # a policy stuck in a loop
-    [traj] = rollout([TASK], toolbox, engine, RolloutConfig(max_turns=3))
+    [traj] = rollout(Environment(train=[TASK], tools=toolbox), engine, config=RolloutConfig(max_turns=3))
     assert traj.finish_reason == "max_turns" and len(traj.turns) == 3 and traj.calls == {"add": 3}
     assert traj.final_answer is None and traj.outcome == 0.0
-    [traj] = rollout([TASK], toolbox, ScriptedEngine(tok, [call("add", a=1, b=1)], on_end="repeat"),
-                     RolloutConfig(max_turns=50, max_total_tokens=600))
+    [traj] = rollout(Environment(train=[TASK], tools=toolbox), ScriptedEngine(tok, [call("add", a=1, b=1)],
+                                                                              on_end="repeat"),
+                     config=RolloutConfig(max_turns=50, max_total_tokens=600))
     assert traj.finish_reason == "token_budget" and len(traj.ids) <= 600
 
 
@@ -149,7 +153,7 @@ def test_ids_and_mask_line_up_with_the_conversation(tiny_policy, toolbox):
                                     ToolCall(name="mul", arguments={"a": 2, "b": 2})]),
               "The answer is 12"]
     cfg = RolloutConfig(max_new_tokens=200)
-    [traj] = rollout([TASK], toolbox, ScriptedEngine(tok, script), cfg)
+    [traj] = rollout(Environment(train=[TASK], tools=toolbox), ScriptedEngine(tok, script), config=cfg)
     eos = tok.convert_tokens_to_ids(IM_END)
     sampled = [i for i, m in zip(traj.ids, traj.mask) if m]
     assert tok.decode(sampled, skip_special_tokens=False) == "".join(t + IM_END for t in script)
@@ -176,7 +180,8 @@ def test_real_model_logprobs_match_a_forward_pass(tiny_policy, toolbox):
     model, tok = tiny_policy
     engine = TransformersEngine(model, tok, seed=0)
     tasks = [TASK, TASK.model_copy(update={"id": "t2", "prompt": "Add 17 and 25."})]
-    trajs = rollout(tasks, toolbox, engine, RolloutConfig(max_new_tokens=24), group_size=3, seed=1)
+    trajs = rollout(Environment(train=tasks, tools=toolbox), engine, config=RolloutConfig(max_new_tokens=24),
+                    group_size=3, seed=1)
     assert len(trajs) == 6 and [t.task_id for t in trajs] == ["t1"] * 3 + ["t2"] * 3
     for t in trajs:
         ids = torch.tensor([t.ids])
@@ -203,8 +208,8 @@ def test_engine_batches_and_seeds(tiny_policy):
 
 def test_jsonl_round_trip(tiny_policy, toolbox, tmp_path):
     _, tok = tiny_policy
-    trajs = rollout([TASK], toolbox, ScriptedEngine(tok, [call("add", a=1, b=2), "3"]), RolloutConfig(),
-                    group_size=2)
+    trajs = rollout(Environment(train=[TASK], tools=toolbox), ScriptedEngine(tok, [call("add", a=1, b=2), "3"]),
+                    config=RolloutConfig(), group_size=2)
     path = write_jsonl(trajs, tmp_path / "t.jsonl")
     back = read_jsonl(path)
     assert back == trajs
@@ -219,7 +224,7 @@ def test_a_tool_the_task_does_not_offer_is_unknown(tiny_policy, toolbox):
     task = TASK.model_copy(update={"tools": ["add"]})
     engine = ScriptedEngine(tok, [render_assistant("", [ToolCall(name="mul", arguments={"a": 2, "b": 3}),
                                                         ToolCall(name="add", arguments={"a": 2, "b": 3})]), "5"])
-    [traj] = rollout([task], toolbox, engine, RolloutConfig(max_new_tokens=200))
+    [traj] = rollout(Environment(train=[task], tools=toolbox), engine, config=RolloutConfig(max_new_tokens=200))
     obs = traj.turns[0].observations
     assert [o.error_kind for o in obs] == ["unknown_tool", None] and obs[1].content == "5"
     assert "offers add" in obs[0].error and traj.errors == {"unknown_tool": 1}
@@ -265,7 +270,7 @@ def test_brief_lists_tools_as_compact_does_and_each_description_on_a_line(tiny_p
     import copy
 
     from orchlib.chat import TOOLS_HEADER, template_renders_tools
-    from orchlib.rollout import tool_schemas
+    from orchlib.prompting import tool_schemas
 
     _, tok = tiny_policy
     if template == "drops tools":

@@ -1,5 +1,5 @@
 """A rollout lets each episode's env go once the episode has ended and been scored, so a long rollout
-holds only the running episodes' states; `return_envs=True` keeps them all and returns them."""
+holds only the running episodes' states; `return_states=True` keeps them all and returns them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import gc
 import weakref
 
+from orchlib.env import Environment
 from orchlib.chat import parse_tool_calls, render_call
 from orchlib.models import build_tokenizer
 from orchlib.rollout import RolloutConfig, rollout
@@ -63,7 +64,7 @@ def setup():
         held = sorted(k for k, ref in scored.items() if ref() is not None)
         return f"scored: {', '.join(sorted(scored)) or 'none'}; held: {', '.join(held) or 'none'}"
 
-    tasks = [Task(id=k, prompt=f"task {k}", env=lambda task: State(task.id), checker=check)
+    tasks = [Task(id=k, prompt=f"task {k}", state=lambda task: State(task.id), checker=check)
              for k in SCRIPTS]
     box = Toolbox([FunctionTool.from_function(note), FunctionTool.from_function(alive)])
     return tasks, box, scored
@@ -75,7 +76,7 @@ def probes(traj) -> list[str]:
 
 def test_an_episodes_env_is_let_go_when_it_ends():
     tasks, box, scored = setup()
-    trajs = rollout(tasks, box, ScriptedEngine(TOK, SCRIPTS, tasks=tasks), CONFIG)
+    trajs = rollout(Environment(train=tasks, tools=box), ScriptedEngine(TOK, SCRIPTS, tasks=tasks), config=CONFIG)
     by = {t.task_id: t for t in trajs}
     assert [len(by[k].turns) for k in SCRIPTS] == [2, 3, 5]
     assert [t.outcome for t in trajs] == [1.0, 1.0, 1.0]  # each checker read its episode's notes first
@@ -86,9 +87,10 @@ def test_an_episodes_env_is_let_go_when_it_ends():
     assert all(ref() is None for ref in scored.values())
 
 
-def test_return_envs_keeps_every_episodes_env():
+def test_return_states_keeps_every_episodes_state():
     tasks, box, scored = setup()
-    trajs, envs = rollout(tasks, box, ScriptedEngine(TOK, SCRIPTS, tasks=tasks), CONFIG, return_envs=True)
+    trajs, envs = rollout(Environment(train=tasks, tools=box), ScriptedEngine(TOK, SCRIPTS, tasks=tasks),
+                          config=CONFIG, return_states=True)
     by = {t.task_id: t for t in trajs}
     assert probes(by["long"]) == ["scored: short; held: short", "scored: mid, short; held: mid, short"]
     assert [e.task_id for e in envs] == [t.task_id for t in trajs]
@@ -119,11 +121,11 @@ class ScriptedChat:
 
 def test_an_api_policys_episodes_let_their_envs_go_too():
     tasks, box, scored = setup()
-    trajs = rollout(tasks, box, ScriptedChat(), CONFIG)
+    trajs = rollout(Environment(train=tasks, tools=box), ScriptedChat(), config=CONFIG)
     by = {t.task_id: t for t in trajs}
     assert [t.outcome for t in trajs] == [1.0, 1.0, 1.0]
     assert probes(by["long"]) == ["scored: mid, short; held: none"] * 2  # "long" runs after both ended
     tasks, box, scored = setup()
-    trajs, envs = rollout(tasks, box, ScriptedChat(), CONFIG, return_envs=True)
+    trajs, envs = rollout(Environment(train=tasks, tools=box), ScriptedChat(), config=CONFIG, return_states=True)
     assert probes({t.task_id: t for t in trajs}["long"]) == ["scored: mid, short; held: mid, short"] * 2
     assert [e.notes for e in envs] == [["short"], ["mid", "mid"], ["long", "long"]]

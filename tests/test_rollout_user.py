@@ -8,12 +8,14 @@ import time
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.chat import IM_END, render_call
 from orchlib.envs.airline import AIRLINE, INITIAL, airline_tasks
 from orchlib.envs.db import state_hash
 from orchlib.users import ReplayedUser
 from orchlib.models import build_tokenizer
-from orchlib.rollout import RolloutConfig, rollout, shown_preference, tool_schemas
+from orchlib.prompting import shown_preference, tool_schemas
+from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.testing import ScriptedEngine
 from orchlib.tools import FunctionTool, Tool, Toolbox, ToolError
@@ -48,11 +50,12 @@ GOLDEN = {"airline-change": CHANGE, "airline-cancel": CANCEL, "airline-transfer"
 
 def run(scripts: dict[str, list[str]], tasks=None, config=CONFIG, **kw):
     tasks = tasks or [TASKS[k] for k in scripts]
-    return rollout(tasks, AIRLINE.toolbox, ScriptedEngine(TOK, scripts, tasks=tasks), config, **kw)
+    return rollout(Environment(train=tasks, tools=AIRLINE.toolbox), ScriptedEngine(TOK, scripts, tasks=tasks),
+                   config=config, **kw)
 
 
 def test_the_golden_conversations_score_one_and_end_as_tau2_does():
-    trajs, envs = run(GOLDEN, return_envs=True)
+    trajs, envs = run(GOLDEN, return_states=True)
     by = {t.task_id: t for t in trajs}
     assert [t.outcome for t in trajs] == [1.0, 1.0, 1.0]
     assert by["airline-change"].finish_reason == by["airline-cancel"].finish_reason == "user_stop"
@@ -134,7 +137,8 @@ def test_a_recorded_conversation_replays_with_every_output_byte_identical(tmp_pa
         return lambda task: ReplayedUser.from_trajectory(traj)
 
     tasks = [TASKS[t.task_id].model_copy(update={"user": replayed(t)}) for t in recorded]
-    again = rollout(tasks, AIRLINE.toolbox, ScriptedEngine.from_trajectories(TOK, recorded), CONFIG)
+    again = rollout(Environment(train=tasks, tools=AIRLINE.toolbox), ScriptedEngine.from_trajectories(TOK, recorded),
+                    config=CONFIG)
     for a, b in zip(recorded, again):
         assert [o.content for t in a.turns for o in t.observations] == \
                [o.content for t in b.turns for o in t.observations]
@@ -154,9 +158,10 @@ def test_the_checker_gets_the_trajectory_and_callables_are_accepted():
         return float(answer is not None)
 
     base = TASKS["airline-change"]
-    tasks = [base.model_copy(update={"checker": checker, "env": AIRLINE.make_env}),
+    tasks = [base.model_copy(update={"checker": checker, "state": AIRLINE.make_state}),
              base.model_copy(update={"id": "old", "checker": old_style})]
-    trajs = rollout(tasks, AIRLINE.toolbox, ScriptedEngine(TOK, {"airline-change": CHANGE}, tasks=[tasks[0]]), CONFIG)
+    trajs = rollout(Environment(train=tasks, tools=AIRLINE.toolbox), ScriptedEngine(TOK, {"airline-change": CHANGE},
+                                                                                    tasks=[tasks[0]]), config=CONFIG)
     assert [t.outcome for t in trajs] == [0.5, 1.0]
     assert seen == [(CHANGE[-1], "user_stop", 6, 47000)]
 
@@ -184,7 +189,7 @@ def test_with_an_empty_prompt_tools_see_the_first_assistant_turn():
     task = Task(id="empty", prompt="", checker="contains", answer="ok")
     script = ["Hello, how can I help?" + "\n" + call("spy", note="a"), "ok"]
     _Spy.seen.clear()
-    [traj] = rollout([task], box, ScriptedEngine(TOK, script), CONFIG)
+    [traj] = rollout(Environment(train=[task], tools=box), ScriptedEngine(TOK, script), config=CONFIG)
     assert _Spy.seen == [["assistant"]] and traj.outcome == 1.0
 
 
@@ -202,13 +207,14 @@ def test_stateful_calls_of_a_turn_run_in_the_order_written():
 
     box = Toolbox([FunctionTool.from_function(slow_append)])
     assert box["slow_append"].stateful
-    task = Task(id="order", prompt="go", env=lambda task: [], checker=lambda a, t, env: float(env == ["a", "b"]),
+    task = Task(id="order", prompt="go", state=lambda task: [], checker=lambda a, t, state: float(state == ["a", "b"]),
                 answer="x")
     turn = call("slow_append", item="a", delay=0.2) + "\n" + call("slow_append", item="b", delay=0.0)
     results = {}
     for mode in ("in_order", "concurrent"):
         cfg = CONFIG.model_copy(update={"stateful_calls": mode})
-        (traj,), (env,) = rollout([task], box, ScriptedEngine(TOK, [turn, "done"]), cfg, return_envs=True)
+        (traj,), (env,) = rollout(Environment(train=[task], tools=box), ScriptedEngine(TOK, [turn, "done"]),
+                                  config=cfg, return_states=True)
         results[mode] = (env, traj.outcome, traj.turns[0].latency_s - traj.turns[0].gen_latency_s,
                          [o.latency_s for o in traj.turns[0].observations])
     env, outcome, tools_s, each = results["in_order"]
@@ -281,7 +287,7 @@ def test_an_api_policy_talks_with_the_user_too():
 
     policy = FakePolicy(CHANGE)
     policy.session = lambda: Session()
-    [traj] = rollout([TASKS["airline-change"]], AIRLINE.toolbox, policy, CONFIG)
+    [traj] = rollout(Environment(train=[TASKS["airline-change"]], tools=AIRLINE.toolbox), policy, config=CONFIG)
     assert traj.outcome == 1.0 and traj.finish_reason == "user_stop" and traj.ids == []
     assert [t.user.text for t in traj.turns if t.user][:2] == ["My reservation is R1001.",
                                                               "Yes, please move me to HA101."]
@@ -304,7 +310,8 @@ def test_grpo_accepts_conversations_with_a_user_for_one_step(tiny_policy):
     task = TASKS["airline-change"]
     wrong = CHANGE[:4] + [call("cancel_reservation", reservation_id="R1001")] + CHANGE[5:]
     cfg = GRPOConfig(rollout=CONFIG, group_size=2, tasks_per_step=1, kl_coef=0.0, seed=0)
-    trainer = Trainer((model, tok), [task], AIRLINE.toolbox, Reward.from_string("name: a\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), Environment(train=[task], tools=AIRLINE.toolbox,
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg)
     trainer.engine = Scripted(tok, {task.id: [CHANGE, wrong]}, tasks=[task])
     before = [p.detach().clone() for p in trainer.model.parameters()]
     report = trainer.step()

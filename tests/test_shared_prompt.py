@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from conftest import TOY_ROLLOUT
 
+from orchlib.env import Environment
 from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.models import load_policy
 from orchlib.reward import Reward
@@ -90,11 +91,12 @@ def test_a_grpo_step_with_and_without_the_shared_prompt_moves_the_weights_alike(
     def one_step(shared: bool):
         cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.05, seed=3, shared_prompt=shared,
                          learning_rate=1e-3)
-        trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                          Reward.from_string("name: a\nreward: outcome"), cfg)
+        trainer = Trainer(load_policy(toy_warm[0]), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                                reward=Reward.from_string("name: a\nreward: outcome")),
+                          cfg)
         assert trainer._share_prompts is shared and trainer.engine.share_prompts is shared
         # the same rollouts on both sides, with the policy's own log-probs: only the update differs
-        trainer.engine = scripted_engine(trainer.tokenizer, trainer.tasks, ["right", "wrong", "wrong", "right"] * 2,
+        trainer.engine = scripted_engine(trainer.tokenizer, trainer.env.train, ["right", "wrong", "wrong", "right"] * 2,
                                          model=trainer.accelerator.unwrap_model(trainer.model))
         before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         report = trainer.step()

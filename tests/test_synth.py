@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from orchlib.env import Environment
 from orchlib.chat import render_call
 from orchlib.cli import main
 from orchlib.models import build_tokenizer
@@ -254,10 +255,11 @@ def _replayed_outcomes(folder) -> tuple[list[float], list[float], list]:
     box = Toolbox.load(folder / "cards")
     scripts = {t.id: [render_call(c) for c in t.golden.calls] + [t.golden.answer] for t in tasks}
     config = RolloutConfig(max_turns=6, max_new_tokens=96)
-    trajs, envs = rollout(tasks, box, ScriptedEngine(build_tokenizer(), scripts, tasks=tasks), config,
-                          return_envs=True)
+    trajs, envs = rollout(Environment(train=tasks, tools=box), ScriptedEngine(build_tokenizer(), scripts, tasks=tasks),
+                          config=config, return_states=True)
     answer_only = {t.id: [t.golden.answer] for t in tasks}
-    lazy = rollout(tasks, box, ScriptedEngine(build_tokenizer(), answer_only, tasks=tasks), config)
+    lazy = rollout(Environment(train=tasks, tools=box), ScriptedEngine(build_tokenizer(), answer_only, tasks=tasks),
+                   config=config)
     return [t.outcome for t in trajs], [t.outcome for t in lazy], envs
 
 
@@ -402,7 +404,8 @@ def test_the_trainer_takes_the_shipped_library_as_it_is(policy_cache):
     rcfg = RolloutConfig(max_turns=4, max_new_tokens=16, tool_schema="compact")
     # the warm start's data: each task's golden calls and answer, scored by the domain's checker
     assert [t.outcome for t in golden_trajectories(tasks, box, tok, rcfg)] == [1.0] * 4
-    trainer = Trainer((model, tok), tasks, box, Reward.from_string("name: a\nreward: outcome"),
+    trainer = Trainer((model, tok), Environment(train=tasks, tools=box,
+                                                reward=Reward.from_string("name: a\nreward: outcome")),
                       GRPOConfig(tasks_per_step=1, group_size=2, rollout=rcfg))
     report = trainer.step()
     assert len(report.trajectories) == 2 and 0.0 <= report.metrics["accuracy"] <= 1.0

@@ -57,9 +57,9 @@ def _half(answer, task, env):
 
 
 def test_import_path_checker_and_env_factory():
-    t = _task(checker=f"{__name__}:_half", env=f"{__name__}:_factory")
-    assert t.make_env() == "db"
-    assert t.score("x", t.make_env()) == 0.5
+    t = _task(checker=f"{__name__}:_half", state=f"{__name__}:_factory")
+    assert t.make_state() == "db"
+    assert t.score("x", t.make_state()) == 0.5
     with pytest.raises(ValueError, match="pkg.module:function"):
         _task(checker="no_colon_here").score("4")
 
@@ -130,7 +130,7 @@ def test_bad_bytes_name_their_line_and_a_bom_is_accepted(tmp_path):
 
 @pytest.mark.parametrize("obj, message", [
     ({"id": "a", "prompt": "p", "checker": "numerc"}, "checker: unknown checker 'numerc'"),
-    ({"id": "a", "prompt": "p", "env": "shop"}, "env: expected an import path"),
+    ({"id": "a", "prompt": "p", "state": "shop"}, "state: expected an import path"),
     ({"id": "a", "prompt": "p", "preference": {"cost": float("nan")}}, "preference.cost: "),
 ])
 def test_fields_that_would_fail_only_when_scored_fail_on_load(tmp_path, obj, message):
@@ -138,6 +138,20 @@ def test_fields_that_would_fail_only_when_scored_fail_on_load(tmp_path, obj, mes
     with pytest.raises(TaskFileError) as e:
         load_tasks(path)
     assert str(e.value).startswith(f"{path}:1: {message}")
+
+
+def test_the_episode_state_factory_is_written_and_read_as_state(tmp_path):
+    """`Task.state` names the factory of an episode's state; a task file says `state`, and a file that still
+    says `env` is refused, naming the line and field, rather than run without its database."""
+    task = _task(state="orchlib.envs.airline:AIRLINE.make_state")
+    save_tasks([task], tmp_path / "t.jsonl")
+    line = json.loads((tmp_path / "t.jsonl").read_text())
+    assert line["state"] == "orchlib.envs.airline:AIRLINE.make_state" and "env" not in line
+    [back] = load_tasks(tmp_path / "t.jsonl")
+    assert back.state == task.state and back.make_state()["reservations"]["R1002"]["status"] != "cancelled"
+    path = _write(tmp_path, [json.dumps({"id": "a", "prompt": "p", "env": "orchlib.envs.airline:AIRLINE.make_state"})])
+    with pytest.raises(TaskFileError, match=r":1: env: "):
+        load_tasks(path)
 
 
 def test_duplicate_ids_are_an_error(tmp_path):

@@ -113,7 +113,7 @@ def test_sync_async_and_env_functions():
     assert FunctionTool.from_function(slow_upper).call_sync({"text": "hi"}).content == '{"shout": "HI"}'
     tool = FunctionTool.from_function(count_in_db)
     assert "env" not in tool.card.parameters["properties"]
-    obs = tool.call_sync({"table": "users"}, ToolContext(env={"users": [1, 2, 3]}))
+    obs = tool.call_sync({"table": "users"}, ToolContext(state={"users": [1, 2, 3]}))
     assert obs.content == "3"
 
 
@@ -195,7 +195,7 @@ def stock_named(item: str, inventory: dict = None) -> int:
 
 
 def test_state_parameter_by_annotation_by_name_or_by_setting(tmp_path):
-    ctx = ToolContext(env={"apple": 3})
+    ctx = ToolContext(state={"apple": 3})
     for fn, state in [(stock, None), (stock_typed, None), (stock_named, "inventory")]:
         tool = FunctionTool.from_function(fn, state=state)
         assert tool.card.parameters == {"type": "object", "properties": {"item": {"type": "string",
@@ -231,7 +231,7 @@ def test_a_function_object_needs_no_callable_path_and_a_schema_only_card_says_so
     assert obs.error_kind == "tool_failure" and "has a schema and no implementation" in obs.error
     assert unbound.call_sync({"item": 3}).error_kind == "schema_violation"  # checked all the same
     tool = FunctionTool(card, fn=stock)  # no backend.callable needed
-    assert tool.bound and tool.call_sync({"item": "apple"}, ToolContext(env={"apple": 5})).content == "5"
+    assert tool.bound and tool.call_sync({"item": "apple"}, ToolContext(state={"apple": 5})).content == "5"
     assert bind(card, lambda item: item.upper()).call_sync({"item": "pear"}).content == "PEAR"
     assert unbound.bind(lambda item: 7).call_sync({"item": "x"}).content == "7"
     with pytest.raises(CardError, match=r"does not match .*the function requires \['qty'\]"):

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from orchlib.env import Environment
 from orchlib.cards import CardError, ToolCard, load_card, save_card  # noqa: E402
 from orchlib.chat import parse_tool_calls, render_assistant  # noqa: E402
 from orchlib.cli import main  # noqa: E402
@@ -100,7 +101,8 @@ def test_a_rollout_calls_mcp_tools(cards, tiny_policy):
     fail = render_assistant("", [ToolCall(name="fail", arguments={"reason": "tired"})])
     engine = ScriptedEngine(tok, [both, fail, "12"])
     task = Task(id="m1", prompt="What is 5 + 7?", answer="12", checker="numeric", category="arithmetic")
-    [traj] = rollout([task], box, engine, RolloutConfig(max_new_tokens=200, max_turns=4))
+    [traj] = rollout(Environment(train=[task], tools=box), engine, config=RolloutConfig(max_new_tokens=200,
+                                                                                        max_turns=4))
     assert traj.finish_reason == "answer" and traj.outcome == 1.0
     assert traj.calls == {"math.add": 1, "Fetch_DNA": 1, "fail": 1}
     assert [o.content for o in traj.turns[0].observations] == ["12", "ACG (TP53)"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchlib import recordings
+from orchlib.env import Environment
 from orchlib.cards import CardError, Price, load_card
 from orchlib.tasks import Task, check_answer
 from orchlib.tools import ToolContext, approx_tokens, build_tool, replay_lookup
@@ -383,7 +384,8 @@ def test_recorded_grades_score_episodes_end_to_end(recording):
     box = Toolbox.from_cards(replay_cards(recording, prices=PRICES))
     tasks = [Task(id=f"t{i}", prompt=q, answer="unused", checker="recorded") for i, q in enumerate(Q)]
     engine = ScriptedEngine(build_tokenizer(), ['<tool_call>\n{"name": "small", "arguments": {}}\n</tool_call>'])
-    out = rollout(tasks, box, engine, RolloutConfig(max_new_tokens=64, max_total_tokens=4096))
+    out = rollout(Environment(train=tasks, tools=box), engine, config=RolloutConfig(max_new_tokens=64,
+                                                                                    max_total_tokens=4096))
     want = [parse_grade(r["grade"]) for r in RECORDS if r["model"] == "small"]
     assert [t.outcome for t in out] == want and [t.finish_reason for t in out] == ["final_tool"] * 3
     assert json.loads(out[0].model_dump_json())["turns"][0]["observations"][0]["meta"] == {"grade": 0.0}

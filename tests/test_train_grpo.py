@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import TOY_ROLLOUT
 
+from orchlib.env import Environment
 from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.models import load_policy
 from orchlib.reward import Reward
@@ -40,7 +41,7 @@ def _paired_scripts(tasks) -> dict[str, list[str]]:
 
 def _scripted(trainer, script):
     """The trainer's rollouts written by `script`, each id with the trainer's own policy's log-prob."""
-    trainer.engine = scripted_engine(trainer.tokenizer, trainer.tasks, script,
+    trainer.engine = scripted_engine(trainer.tokenizer, trainer.env.train, script,
                                      model=trainer.accelerator.unwrap_model(trainer.model))
     return trainer.engine
 
@@ -117,11 +118,11 @@ def test_a_grpo_step_raises_the_rewarded_call_and_lowers_the_other(toy_warm):
     # task, written before the step), and every weight moved.
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0, tasks_per_step=4)
     tasks = toy_tasks(4)
-    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(),
-                      Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+    env = Environment(train=tasks, tools=toy_toolbox(), reward=Reward.from_string("name: accuracy\nreward: outcome"))
+    trainer = Trainer(load_policy(toy_warm[0]), env, cfg)
     tok, model = trainer.tokenizer, trainer.accelerator.unwrap_model(trainer.model)
-    fixed = rollout(tasks, trainer.toolbox, scripted_engine(tok, tasks, ["right", "wrong"]), cfg.rollout,
-                    group_size=2)
+    fixed = rollout(Environment(train=tasks, tools=trainer.toolbox), scripted_engine(tok, tasks, ["right", "wrong"]),
+                    config=cfg.rollout, group_size=2)
     _scripted(trainer, ["right", "wrong"] * 4)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     was = [_name_logprob(model, t, tok) for t in fixed]
@@ -147,7 +148,8 @@ def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm)
                      lora=LoraSettings(r=4))
     model, tok = load_policy(toy_warm[0])
     base = {n: p.detach().clone() for n, p in model.named_parameters()}
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg)
+    trainer = Trainer((model, tok), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg)
     _scripted(trainer, ["right", "wrong"] * 4)  # every group kept: each of the 3 steps updates the adapter
     assert trainer.ref_model is None  # no second copy with PEFT
     trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
@@ -168,7 +170,7 @@ def test_a_task_without_p_is_rewarded_under_the_p_its_prompt_shows(toy_warm):
     # the file's own default P (latency 0.5) must not leak in: the policy was shown the "default" profile
     reward = Reward.from_string("name: p\npreference:\n  latency: 0.5\nreward: outcome + P.latency")
     tasks = [t.model_copy(update={"preference": None}) for t in toy_tasks()]
-    trainer = Trainer(load_policy(toy_warm[0]), tasks, toy_toolbox(), reward,
+    trainer = Trainer(load_policy(toy_warm[0]), Environment(train=tasks, tools=toy_toolbox(), reward=reward),
                       GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0))
     report = trainer.step()
     assert report.rewards == [t.outcome for t in report.trajectories]
@@ -180,9 +182,10 @@ def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm
     # independent count: a group is kept when its rewards are not all equal (min_reward_spread default);
     # the scripts decide which groups those are (the mixed ones), so both counts are known in advance
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3)
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=PAIRED.hooks())
-    scripts = _paired_scripts(trainer.tasks)
+    trainer = Trainer(load_policy(toy_warm[0]), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                            reward=Reward.load("rewards/toolorchestra.yaml")), cfg,
+                      hooks=PAIRED.hooks())
+    scripts = _paired_scripts(trainer.env.train)
     _scripted(trainer, scripts)
     G, seen = cfg.group_size, {"accuracy": 0, "thrifty": 0}
     for report in trainer.run(3, progress=False):
@@ -205,9 +208,10 @@ def test_groups_kept_per_profile_counts_the_groups_whose_rewards_differ(toy_warm
 def test_advantage_per_profile_and_tool_is_the_mean_over_the_rollouts_that_called_it(toy_warm):
     # recomputed from the report's own rollouts: a group whose rewards are all equal pushes nothing
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=1, tasks_per_step=3)
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=PAIRED.hooks())
-    _scripted(trainer, _paired_scripts(trainer.tasks))  # mixed groups push, one-tool groups do not
+    trainer = Trainer(load_policy(toy_warm[0]), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                            reward=Reward.load("rewards/toolorchestra.yaml")), cfg,
+                      hooks=PAIRED.hooks())
+    _scripted(trainer, _paired_scripts(trainer.env.train))  # mixed groups push, one-tool groups do not
     G, compared = cfg.group_size, 0
     for report in trainer.run(3, progress=False):
         sums, counts = {}, {}
@@ -246,10 +250,12 @@ def test_policy_tokens_tool_names_gives_the_gradient_of_the_name_ids_alone(toy_w
     # the name ids found by matching the tool name's own ids after the call's opening
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+    trainer = Trainer((model, tok), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg,
                       hooks=VariantConfig(policy_tokens="tool_names").hooks())
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, _scripted(trainer, ["right", "wrong", "right"]), cfg.rollout,
-                    group_size=3)
+    trajs = rollout(Environment(train=toy_tasks()[:2], tools=trainer.toolbox), _scripted(trainer, ["right", "wrong",
+                                                                                                   "right"]),
+                    config=cfg.rollout, group_size=3)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5]
     grads = _update_grads(trainer, trajs, adv, 3)
 
@@ -275,10 +281,11 @@ def test_preference_contrast_in_a_step_matches_an_independent_computation(toy_wa
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, tasks_per_step=3)
     variants = VariantConfig(paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0,
                              contrast_unseen=unseen)
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.load("rewards/toolorchestra.yaml"), cfg, hooks=variants.hooks())
+    trainer = Trainer(load_policy(toy_warm[0]), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                            reward=Reward.load("rewards/toolorchestra.yaml")), cfg,
+                      hooks=variants.hooks())
     # `right` has a positive mean advantage in every mixed group: its shared part is not 0 by construction
-    _scripted(trainer, _paired_scripts(trainer.tasks))
+    _scripted(trainer, _paired_scripts(trainer.env.train))
     G, moved = cfg.group_size, 0
     for report in trainer.run(3, progress=False):
         groups = [list(range(i, i + G)) for i in range(0, len(report.rewards), G)]
@@ -320,8 +327,9 @@ def test_lr_factor_warms_up_then_decays_linearly_to_zero():
 def test_decay_steps_sets_the_lr_each_update_uses(toy_warm):
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), learning_rate=1e-3, decay_steps=4, seed=0,
                      min_reward_spread=None)  # every group kept: every step is an optimizer step
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.from_string("name: accuracy\nreward: outcome"), cfg)
+    env = Environment(train=toy_tasks(), tools=toy_toolbox(),
+                      reward=Reward.from_string("name: accuracy\nreward: outcome"))
+    trainer = Trainer(load_policy(toy_warm[0]), env, cfg)
     _scripted(trainer, ["right", "wrong"] * 4)  # rewards that differ: the updates before the last move weights
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     lrs = [r.metrics["lr"] for r in trainer.run(5, progress=False)]
@@ -339,10 +347,12 @@ def test_kl_tokens_not_names_gives_the_kl_gradient_of_every_id_but_the_names(toy
     # k3 at the sampled id, or of the KL over the whole vocabulary (torch's kl_div) at that position
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.5, seed=3, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+    trainer = Trainer((model, tok), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg,
                       hooks=VariantConfig(kl_tokens="not_names", kl_estimator=estimator).hooks())
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, _scripted(trainer, ["right", "wrong", "right"]), cfg.rollout,
-                    group_size=3)
+    trajs = rollout(Environment(train=toy_tasks()[:2], tools=trainer.toolbox), _scripted(trainer, ["right", "wrong",
+                                                                                                   "right"]),
+                    config=cfg.rollout, group_size=3)
     grads, check, ref = _kl_grads_off_reference(trainer, trajs, 3, toy_warm[0])
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, n_kept = 0.0, 0
@@ -377,11 +387,13 @@ def test_kl_tokens_not_choice_merges_the_tried_tools_at_the_choice(toy_warm):
     model, tok = load_policy(toy_warm[0])
     variants = VariantConfig(kl_tokens="not_choice", kl_estimator="exact", choice_gradient="expected",
                              policy_tokens="tool_names")
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+    trainer = Trainer((model, tok), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg,
                       hooks=variants.hooks())
     G = 3
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, _scripted(trainer, ["right", "wrong", "right"]), cfg.rollout,
-                    group_size=G)
+    trajs = rollout(Environment(train=toy_tasks()[:2], tools=trainer.toolbox), _scripted(trainer, ["right", "wrong",
+                                                                                                   "right"]),
+                    config=cfg.rollout, group_size=G)
     grads, check, ref = _kl_grads_off_reference(trainer, trajs, G, toy_warm[0])
     n_sampled = sum(sum(t.mask[1:]) for t in trajs)
     loss, merged = 0.0, 0
@@ -418,11 +430,13 @@ def test_choice_gradient_expected_gives_the_gradient_of_the_expected_first_choic
     # of tool t's own first id; every other name id keeps -A * log p; all over the sampled ids
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=2, max_grad_norm=1e9)
     model, tok = load_policy(toy_warm[0])
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+    trainer = Trainer((model, tok), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg,
                       hooks=VariantConfig(policy_tokens="tool_names", choice_gradient="expected").hooks())
     tasks = toy_tasks()[:2]
     script = {tasks[0].id: ["right", "right", "wrong", "right"], tasks[1].id: ["wrong", "right", "wrong", "wrong"]}
-    trajs = rollout(tasks, trainer.toolbox, _scripted(trainer, script), cfg.rollout, group_size=4)
+    trajs = rollout(Environment(train=tasks, tools=trainer.toolbox), _scripted(trainer, script), config=cfg.rollout,
+                    group_size=4)
     adv = [1.0, -0.5, 0.25, -1.0, 2.0, 0.5, -0.75, 0.3]
     groups = [(trajs[:4], adv[:4]), (trajs[4:], adv[4:])]
     choices = [c for _, c in trainer.hooks.token_loss.prepare([g for g, _ in groups], [a for _, a in groups], tok)]
@@ -499,13 +513,16 @@ def test_variants_off_are_the_papers_hooks_and_a_checkpoint_names_its_own(toy_wa
     assert off.sampler is uniform_draw and off.advantage is keep_advantages and isinstance(off.token_loss, PaperLoss)
     assert off.record == {} == Hooks().record
     cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), kl_coef=0.0, seed=0, tasks_per_step=1, group_size=2)
-    trainer = Trainer(load_policy(toy_warm[0]), toy_tasks(), toy_toolbox(),
-                      Reward.from_string("name: a\nreward: outcome"), cfg, hooks=PAIRED.hooks())
+    trainer = Trainer(load_policy(toy_warm[0]), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                            reward=Reward.from_string("name: a\nreward: outcome")),
+                      cfg, hooks=PAIRED.hooks())
     trainer.save(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="trained with hooks .*paired_profiles"):
-        Trainer.resume(tmp_path / "ckpt", toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"))
-    again = Trainer.resume(tmp_path / "ckpt", toy_tasks(), toy_toolbox(),
-                           Reward.from_string("name: a\nreward: outcome"), hooks=PAIRED.hooks())
+        Trainer.resume(tmp_path / "ckpt", Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                      reward=Reward.from_string("name: a\nreward: outcome")))
+    again = Trainer.resume(tmp_path / "ckpt", Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                          reward=Reward.from_string("name: a\nreward: outcome")),
+                           hooks=PAIRED.hooks())
     assert again.hooks.record == {"variants": {"paired_profiles": ["accuracy", "thrifty"]}}
 
 
@@ -517,10 +534,12 @@ def test_sft_replay_adds_coef_times_the_cross_entropy_of_its_draw_to_the_update(
     model, tok = load_policy(toy_warm[0])
     gold = toy_warm[1]
     replay = SFTReplay([SFTExample(g.ids, g.mask) for g in gold], coef=0.5, batch_size=3, seed=7)
-    trainer = Trainer((model, tok), toy_tasks(), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"), cfg,
+    trainer = Trainer((model, tok), Environment(train=toy_tasks(), tools=toy_toolbox(),
+                                                reward=Reward.from_string("name: a\nreward: outcome")), cfg,
                       hooks=VariantConfig().hooks().with_extra_loss(replay))
     assert trainer.hooks.record == {"extra_loss": {"coef": 0.5, "batch_size": 3, "seed": 7, "examples": len(gold)}}
-    trajs = rollout(toy_tasks()[:2], trainer.toolbox, trainer.engine, cfg.rollout, group_size=2)
+    trajs = rollout(Environment(train=toy_tasks()[:2], tools=trainer.toolbox), trainer.engine, config=cfg.rollout,
+                    group_size=2)
     grads = _update_grads(trainer, trajs, [0.0] * 4, 2)  # no advantage, no KL: the replay's gradient alone
 
     # independent: 0.5 x the mean cross-entropy over the labelled ids of the 3 examples drawn for step 0

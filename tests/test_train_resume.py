@@ -83,10 +83,11 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
 
 
 def test_resume_from_nothing_is_a_clear_error(tmp_path):
+    from orchlib.envs.toy import environment
     from orchlib.train import Trainer
 
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
-        Trainer.resume(tmp_path / "missing", [], [], None)
+        Trainer.resume(tmp_path / "missing", environment())
 
 
 def test_two_processes_split_the_work_and_hold_identical_weights(toy_warm, tmp_path):

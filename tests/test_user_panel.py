@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from orchlib.env import Environment
 from orchlib.chat import render_call
 from orchlib.envs.airline import AIRLINE, airline_tasks, environment
 from orchlib.users import ReplayedUser
@@ -59,7 +60,8 @@ def test_a_typed_conversation_is_a_trajectory_that_replays(tmp_path):
     saved = read_jsonl(p.save(tmp_path / "conversation.jsonl"))[0]
     replayed = ReplayedUser.from_trajectory(saved)
     assert [asyncio.run(replayed.reply([])).text for _ in range(3)] == ["It is R1002.", "Yes, cancel it.", ""]
-    again = rollout([p.replay_task()], AIRLINE.toolbox, ScriptedEngine(TOK, AGENT), CONFIG)[0]
+    again = rollout(Environment(train=[p.replay_task()], tools=AIRLINE.toolbox), ScriptedEngine(TOK, AGENT),
+                    config=CONFIG)[0]
     assert [turn.user.text for turn in again.turns if turn.user] == [u.text for u in typed]
     assert again.outcome == 1.0 and again.finish_reason == "user_stop"
 
@@ -76,7 +78,7 @@ def test_the_stop_marker_ends_and_a_new_conversation_starts_over():
 
 
 def test_a_failing_orchestrator_is_shown_not_swallowed():
-    p = UserPanel(TASK, AIRLINE.toolbox, ScriptedEngine(TOK, []), CONFIG)  # a script with no turn
+    p = UserPanel(environment(), ScriptedEngine(TOK, []), task=TASK, config=CONFIG)  # a script with no turn
     assert p.wait(WAIT) and p.state == "error"
     assert p.error is not None and "data-state='error'" in p.status.value
 

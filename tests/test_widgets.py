@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, TOY_ROLLOUT
 
+from orchlib.env import Environment
 from orchlib.cards import load_card
 from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.models import load_policy
@@ -28,7 +29,8 @@ def trainer(tiny_policy, policy_cache):
     # A private copy of the tiny policy: training must not change the session's shared one.
     model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))
     cfg = GRPOConfig(tasks_per_step=2, group_size=2, rollout=RolloutConfig(**TOY_ROLLOUT))
-    return Trainer((model, tok), toy_tasks(6), toy_toolbox(), Reward.load(REPO / "rewards/toolorchestra.yaml"), cfg)
+    return Trainer((model, tok), Environment(train=toy_tasks(6), tools=toy_toolbox(),
+                                             reward=Reward.load(REPO / "rewards/toolorchestra.yaml")), cfg)
 
 
 def chart_points(out) -> int:
@@ -98,25 +100,29 @@ def test_run_can_be_paused_and_only_one_step_runs_at_a_time(trainer):
 
 def test_preference_sliders_set_p_of_the_next_steps(trainer):
     panel = TrainerPanel(trainer, background=False)
+    given = trainer.env
     assert set(panel.sliders) == {"outcome", "cost", "latency", "tools/right", "tools/wrong"}
     panel.sliders["cost"].value = 0.75
     panel.sliders["tools/wrong"].value = -0.5
     assert all(t.preference == Preference(name="panel", outcome=1.0, cost=0.75, tools={"wrong": -0.5})
-               for t in trainer.tasks)
-    assert [t.id for t in trainer.tasks] == [t.id for t in toy_tasks(6)]
+               for t in trainer.env.train)
+    assert [t.id for t in trainer.env.train] == [t.id for t in toy_tasks(6)]
+    # the panel changed the trainer's environment (its tasks), nothing else of it
+    assert trainer.env is not given and (trainer.env.tools, trainer.env.reward) == (given.tools, given.reward)
     assert "cost=0.75" in panel.preference_label.value
     panel.step_button.click()  # background=False: the step runs inside the click
     assert trainer.step_count == 1
     assert all(t.preference["cost"] == 0.75 and t.preference["tools"] == {"wrong": -0.5}
                for t in panel.reports[-1].trajectories)
     panel.own_p_button.click()
-    assert all(t.preference is None for t in trainer.tasks) and "own P" in panel.preference_label.value
+    assert trainer.env is given  # the world as it was given, its tasks' own P
+    assert all(t.preference is None for t in trainer.env.train) and "own P" in panel.preference_label.value
     # the sliders go back to where they started, so a later nudge does not revive the rest of that P
     assert panel.sliders["cost"].value == 0.0 and panel.sliders["tools/wrong"].value == 0.0
     panel.sliders["latency"].value = 0.5
-    assert all(t.preference == Preference(name="panel", latency=0.5) for t in trainer.tasks)
+    assert all(t.preference == Preference(name="panel", latency=0.5) for t in trainer.env.train)
     panel.set_preference(PROFILES["thrifty"])  # from code: the sliders follow, P keeps its name
-    assert all(t.preference == PROFILES["thrifty"] for t in trainer.tasks)
+    assert all(t.preference == PROFILES["thrifty"] for t in trainer.env.train)
     assert panel.sliders["cost"].value == 1.0 and panel.sliders["tools/wrong"].value == 0.0
 
 
@@ -137,8 +143,8 @@ def test_paired_profiles_disable_the_sliders(tiny_policy, policy_cache):
     model, tok = load_policy(next(Path(policy_cache).glob("default-tiny-s0-*")))
     cfg = GRPOConfig(tasks_per_step=1, group_size=2, rollout=RolloutConfig(**TOY_ROLLOUT))
     paired = VariantConfig(paired_profiles=("accuracy", "thrifty")).hooks()
-    panel = TrainerPanel(Trainer((model, tok), toy_tasks(2), toy_toolbox(), Reward.from_string("outcome"), cfg,
-                                 hooks=paired))
+    panel = TrainerPanel(Trainer((model, tok), Environment(train=toy_tasks(2), tools=toy_toolbox(),
+                                                           reward=Reward.from_string("outcome")), cfg, hooks=paired))
     assert all(s.disabled for s in panel.sliders.values()) and "paired profiles" in panel.preference_label.value
 
 

@@ -101,6 +101,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # the same arithmetic order in every run
 
+    from orchlib.env import Environment
     from orchlib.envs.toy import toy_tasks, toy_toolbox
     from orchlib.models import load_policy
     from orchlib.reward import Reward
@@ -118,9 +119,10 @@ def main() -> None:
         hooks = VariantConfig(paired_profiles=("accuracy", "thrifty"), preference_contrast=1.0).hooks()
         reward = Reward.load(Path(__file__).resolve().parents[1] / "rewards" / "toolorchestra.yaml")
     if args.resume:
-        trainer = Trainer.resume(args.ckpt, tasks, tools, reward, hooks=hooks)
+        trainer = Trainer.resume(args.ckpt, Environment(train=tasks, tools=tools, reward=reward), hooks=hooks)
     else:
-        trainer = Trainer(load_policy(args.policy), tasks, tools, reward, cfg, hooks=hooks)
+        trainer = Trainer(load_policy(args.policy), Environment(train=tasks, tools=tools, reward=reward), cfg,
+                          hooks=hooks)
     if args.paired:
         trainer.engine = scripted_engine(trainer.tokenizer, tasks,
                                          model=trainer.accelerator.unwrap_model(trainer.model))

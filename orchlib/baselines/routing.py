@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.rollout import RolloutConfig, preference_line
+from orchlib.prompting import preference_line
+from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, new_tool_call
 

@@ -9,7 +9,8 @@ from collections import OrderedDict
 from typing import Any
 
 from orchlib.chat import CHAT_TEMPLATE, IM_END, IM_START, system_text
-from orchlib.rollout import RolloutConfig, render_prompt
+from orchlib.prompting import render_prompt
+from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task
 
 __all__ = ["TokenizeMemo"]

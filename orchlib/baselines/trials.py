@@ -12,6 +12,7 @@ import numpy as np
 from orchlib.baselines.gc_pause import paused_batches
 from orchlib.baselines.routing import EVAL_ROLLOUT, RouteEngine, routes
 from orchlib.baselines.tokenize_memo import TokenizeMemo
+from orchlib.env import Environment
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.tasks import Task
 from orchlib.trajectory import ToolCall, Trajectory
@@ -104,7 +105,8 @@ def _route_batch(batch: list[Task], r: int, toolbox, tokenizer, config: RolloutC
                  ) -> tuple[list[Task], dict[str, str], list[Trajectory]]:
     plan = {t.id: list(task_routes[t.id])[r] for t in batch}
     engine = RouteEngine(tokenizer, batch, plan, task_routes, name=f"route#{r}", config=config)
-    return batch, plan, rollout(batch, toolbox, engine, config or EVAL_ROLLOUT, seed=seed)
+    return batch, plan, rollout(Environment(train=batch, tools=toolbox), engine, config=config or EVAL_ROLLOUT,
+                                   seed=seed)
 
 
 def run_routes(tasks: Sequence[Task], toolbox, tokenizer, config: RolloutConfig | None = None,

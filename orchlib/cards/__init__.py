@@ -24,10 +24,6 @@ load, check, save) and `docschema` (a function's docstring and type hints as JSO
 
 from __future__ import annotations
 
-import sys
-import warnings
-from typing import Any
-
 from orchlib.cards.costs import Latency, Price
 from orchlib.cards.errors import CardError
 from orchlib.cards.model import EMPTY_SCHEMA, KINDS, MODEL_KINDS, NAME_PATTERN, Kind, ToolCard, arguments_problem
@@ -38,21 +34,3 @@ __all__ = ["KINDS", "Kind", "Price", "Latency", "ToolCard", "CardError", "load_c
            "save_card", "check_cards", "card_files", "STATE", "State", "state_parameter",
            "MODEL_KINDS", "EMPTY_SCHEMA", "NAME_PATTERN", "arguments_problem"]
 
-
-def __getattr__(name: str) -> Any:
-    """`orchlib.cards.validate_cards`, kept for old code: it moved to `orchlib.tools.validate_cards`,
-    which builds each card's backend, and this package knows no backend (the backends import it).
-    `orchlib`'s own `__init__` has loaded `orchlib.tools` before any of its modules is used, so the
-    function is found there without this package importing it; a DeprecationWarning says where it went."""
-    if name != "validate_cards":
-        raise AttributeError(f"module 'orchlib.cards' has no attribute {name!r}")
-    tools = sys.modules.get("orchlib.tools")
-    if tools is None:  # ImportError: `from orchlib.cards import ...` would hide an AttributeError's message
-        raise ImportError("orchlib.cards.validate_cards moved: use orchlib.tools.validate_cards")
-
-    def validate_cards(cards: Any, build: bool = True) -> list[CardError]:
-        warnings.warn("orchlib.cards.validate_cards moved to orchlib.tools.validate_cards", DeprecationWarning,
-                      stacklevel=2)
-        return tools.validate_cards(cards, build=build)
-
-    return validate_cards

@@ -242,7 +242,7 @@ class ToolCard(BaseModel):
     def from_function(cls, fn: Callable[..., Any], *, state: str | None = None, **fields: Any) -> ToolCard:
         """A `function` card from a typed Python function with a Google-style docstring: the schema is
         derived from the signature and the `Args:` section, never written twice. The parameter that
-        receives the episode's state (`ToolContext.env`) is left out of the schema: the one named by
+        receives the episode's state (`ToolContext.state`) is left out of the schema: the one named by
         `state`, else the one annotated `State` (or `Annotated[T, STATE]`), else one named `env`."""
         description, arg_docs = parse_docstring(inspect.getdoc(fn) or "")
         hints = typing.get_type_hints(fn)

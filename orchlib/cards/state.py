@@ -1,5 +1,5 @@
 """The `State` marker: which parameter of a function tool receives the episode's state
-(`ToolContext.env`), and `state_parameter`, which finds it."""
+(`ToolContext.state`), and `state_parameter`, which finds it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ __all__ = ["STATE", "State", "state_parameter"]
 
 
 class _StateMarker:
-    """Marks the parameter of a function tool that receives the episode's state (`ToolContext.env`)."""
+    """Marks the parameter of a function tool that receives the episode's state (`ToolContext.state`)."""
 
     def __repr__(self) -> str:
         return "orchlib.STATE"

@@ -182,11 +182,7 @@ def run(args: argparse.Namespace) -> int:
         judge = _judge(cfg.judge, cfg.out)  # reads its cache file: a corrupt one is bad input, named here
     except (TaskFileError, CardError, RewardFileError, PolicyLoadError, FileNotFoundError, ValueError) as e:
         raise UsageError(_one_line(e)) from None
-    # the environment's prompt settings stand unless --tool-schema says otherwise (both set and differing: an error)
     config = EVAL_ROLLOUT.model_copy(update={"tool_schema": cfg.tool_schema} if cfg.tool_schema else {})
-    if cfg.tool_schema and env.prompt.get("tool_schema", cfg.tool_schema) != cfg.tool_schema:
-        raise UsageError(f"--tool-schema {cfg.tool_schema}: environment {env.name!r} lists its tools "
-                         f"{env.prompt['tool_schema']!r}; leave the flag out")
     tasks, toolbox, reward = env.test, env.tools, env.reward
     with _judging(judge):
         reports = {name: evaluate(engine, env, config=config, name=name) for name, engine in policies.items()}
@@ -198,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                 from orchlib.models import build_default_policy
 
                 tok = build_default_policy("tiny")[1]
-            engines = make_baselines(tasks, toolbox, tok, config=env.rollout_config(config))
+            engines = make_baselines(tasks, toolbox, tok, config=config)
             reports.update({n: evaluate(e, env, config=config, name=n) for n, e in engines.items()})
     out = Path(cfg.out)
     for name, report in reports.items():

@@ -9,15 +9,17 @@ import sys
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an orchestrator from a YAML config (SFT warm start + GRPO)",
-                       description="Fields: policy, cards, reward, tasks, suite_seed, steps, warm_start (SFTConfig), "
-                                   "grpo (GRPOConfig, with rollout: RolloutConfig), hooks, out, save_every. A rerun "
-                                   "with the same `out` resumes from its checkpoint. Example: "
-                                   "examples/train_tiny.yaml. Exit codes: 0 trained, 1 training diverged (a "
-                                   "non-finite loss; the last checkpoint is kept), 2 bad input or a failed save.")
+                       description="Fields: policy, env (the world: `env: shop`, `env: {name: orchestra-choice, "
+                                   "n_train: 40}`, `env: {tasks: my.jsonl, cards: mycards/}`; its reward too), steps, "
+                                   "warm_start (SFTConfig), grpo (GRPOConfig, with rollout: RolloutConfig), hooks, "
+                                   "configurations, test_configurations, out, save_every. A rerun with the same `out` "
+                                   "resumes from its checkpoint. Example: examples/train_tiny.yaml. Exit codes: 0 "
+                                   "trained, 1 training diverged (a non-finite loss; the last checkpoint is kept), 2 "
+                                   "bad input or a failed save.")
     p.add_argument("--config", required=True, help="YAML file")
     p.add_argument("--steps", type=int, default=None, help="override the file's steps")
-    p.add_argument("--trust-code", action="store_true", help="import and run the code the config's `hooks:` names "
-                   "(a config file is data: without this flag a config with hooks is refused)")
+    p.add_argument("--trust-code", action="store_true", help="import and run the code the config names (`hooks:`, "
+                   "`env: {factory: ...}`); a config file is data: without this flag such a config is refused")
     p.set_defaults(handler=run)
 
 
@@ -28,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.commands._output import writable_folder
     from orchlib.configfile import ConfigFileError, load_config, located
     from orchlib.configurations import ConfigurationError
+    from orchlib.envs.config import EnvConfigError
     from orchlib.models import PolicyLoadError
     from orchlib.reward import RewardFileError
     from orchlib.shipped import shipped_path
@@ -49,15 +52,20 @@ def run(args: argparse.Namespace) -> int:
         require_trust(cfg.hooks, args.trust_code)  # before anything is written
     except UntrustedCodeError as e:
         raise UsageError(f"{args.config}: {e}") from None
-    for field in ("cards", "reward", "tasks"):
-        values = getattr(cfg, field)
+    if cfg.env.factory is not None and not args.trust_code:
+        raise UsageError(f"{args.config}: env.factory: {cfg.env.factory!r} is code of one's own; run it only if you "
+                         f"trust it, with --trust-code")
+    for field in ("cards", "reward", "tasks", "test_tasks"):
+        values = getattr(cfg.env, field)
         for value in [values] if isinstance(values, str) else values or []:
             if not shipped_path(value).exists():
-                raise UsageError(f"{args.config}: {field}: {value} does not exist")
+                raise UsageError(f"{args.config}: env.{field}: {value} does not exist")
     out = writable_folder(cfg.out, f"{args.config}: out:")  # before minutes of training
     try:
         trainer = run_training(cfg, trust_code=args.trust_code)
     except (PolicyLoadError, CardError, RewardFileError, TaskFileError, HooksError) as e:  # before the first step
+        raise UsageError(f"{args.config}: {e}") from None
+    except EnvConfigError as e:  # the world the file names cannot be made (env.factory, a maker's option)
         raise UsageError(f"{args.config}: {e}") from None
     except ConfigurationError as e:  # a configuration space that does not fit the run's world
         raise UsageError(str(located(args.config, e.loc, e.problem))) from None

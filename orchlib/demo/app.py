@@ -37,6 +37,7 @@ from orchlib.demo.config import (CALL_OPENING, DEMO_PROFILES, DEMO_ROLLOUT, DEMO
                                  READING_PAIR, REWARD_FILE, DemoConfig, DemoResult)
 from orchlib.demo.html import report_html
 from orchlib.demo.report import SHARED, summarize_demo, table_text
+from orchlib.env import Environment
 from orchlib.envs.choice import counterbalanced
 from orchlib.envs.choice import offer_choice as _retool
 from orchlib.experiments.probes import anchored_reward, choice_gap, profile_gradient_cosine, reference_runs
@@ -120,7 +121,7 @@ def copy_accuracy(engine, tasks: list[Task]) -> float:
 def _short_prompt(t: Task, tokenizer) -> str:
     """The demo's user turn as the only message, through the chat template, with P where the rollout puts
     it in the user turn or the reply's prefix (none where it sits in the system turn)."""
-    from orchlib.rollout import assistant_prefix, user_message
+    from orchlib.prompting import assistant_prefix, user_message
 
     return tokenizer.apply_chat_template([{"role": "user", "content": user_message(t, DEMO_ROLLOUT)}],
                                          add_generation_prompt=True, tokenize=False) + assistant_prefix(t, DEMO_ROLLOUT)
@@ -163,7 +164,7 @@ def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None
     separates the profiles within ~30 steps. Which demo tool each P calls for is still untaught: the
     warm start's `choice_gap` on the demo's tools stays near 0, and RL has to learn it.
     `toolbox`: `reading_toolbox()`'s, built here when not given."""
-    from orchlib.rollout import render_prompt, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
 
     if not tasks or not n:
         return []
@@ -207,10 +208,11 @@ def format_checks(engine, tasks: list[Task], toolbox, config: RolloutConfig, see
     `trajectories`: the policy's sampled runs of `tasks`, when an evaluation already has them (the demo's
     before-RL one); otherwise two per task are sampled here."""
     from orchlib.engines import SamplingParams
-    from orchlib.rollout import render_prompt, rollout, tool_schemas
+    from orchlib.prompting import render_prompt, tool_schemas
+    from orchlib.rollout import rollout
 
-    trajs = trajectories if trajectories is not None else rollout(tasks, toolbox, engine, config, group_size=2,
-                                                                   seed=seed)
+    trajs = trajectories if trajectories is not None else rollout(Environment(train=tasks, tools=toolbox), engine,
+                                                                   config=config, group_size=2, seed=seed)
     turns = [t for tr in trajs for t in tr.turns]
     # a well-formed turn makes at least one call and every call parses, names an offered tool and
     # fits its schema (in the demo every turn should call: each tool's answer is final)
@@ -373,8 +375,8 @@ def _train(trainer, train, toolbox, tok, reward, config, progress):
 def _policy_eval(engine, test, toolbox, reward, config):
     from orchlib.evaluate import evaluate
 
-    return evaluate(engine, under(test), toolbox, reward, DEMO_ROLLOUT, group_size=config.eval_samples,
-                    name="orchestrator", seed=config.seed)
+    return evaluate(engine, Environment(name="choice", test=under(test), tools=toolbox, reward=reward),
+                    config=DEMO_ROLLOUT, group_size=config.eval_samples, name="orchestrator", seed=config.seed)
 
 
 def _baselines(train, test, toolbox, tok, config):
@@ -385,7 +387,8 @@ def _baselines(train, test, toolbox, tok, config):
     per_category = {c: [t for t in train if t.category == c][:20] for c in DEMO_TOOLS}  # train is sorted by category
     calibration = try_routes(under([t for ts in per_category.values() for t in ts]), toolbox, tok, DEMO_ROLLOUT)
     engines = make_baselines(tasks, toolbox, tok, calibration=calibration, config=DEMO_ROLLOUT, seed=config.seed)
-    return {n: evaluate(e, tasks, toolbox, None, DEMO_ROLLOUT, name=n) for n, e in engines.items()}
+    env = Environment(name="choice", test=tasks, tools=toolbox)
+    return {n: evaluate(e, env, config=DEMO_ROLLOUT, name=n) for n, e in engines.items()}
 
 
 def write_outputs(out: Path, metrics, after, baselines, history, reward) -> str:

@@ -3,7 +3,7 @@ baselines (GPT-5, Claude Opus 4.1, Qwen3-235B given the same tools) or a model s
 SGLang, llama.cpp or Ollama, over the same tasks, tools, preferences and reward as a trained one.
 
     policy = OpenAIPolicy(base_url="http://127.0.0.1:8000/v1", model="Qwen/Qwen3-8B")
-    trajectories = rollout(tasks, toolbox, policy, config, group_size=8)
+    trajectories = rollout(env, policy, config=config, group_size=8)
 
 Message in, message out — not token in, token out: the server samples, so there are no token ids and
 no log-probs. Its trajectories have the same type as a local policy's, with empty `ids`/`mask` and

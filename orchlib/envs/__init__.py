@@ -1,6 +1,7 @@
-"""Task suites and stateful domains. A suite is a function `make(seed=..., ...) -> Suite`, listed in
-SUITES; every world, suites and domains alike, is also an Environment maker
-`environment(seed=..., reward=..., ...) -> orchlib.Environment` in its module, listed in ENVIRONMENTS."""
+"""Task worlds: suites (orchestra-mini, orchestra-choice) and stateful domains (shop, airline). Every world
+is an Environment maker `environment(seed=..., reward=..., ...) -> orchlib.Environment` in its module,
+listed in ENVIRONMENTS, the one registry of worlds (what `env:` of a run config and `orchlib eval --env`
+name). A suite's tasks and cards are also at hand as a `Suite` (`make_suite`, `make_choice_suite`)."""
 
 from typing import Any, Callable
 
@@ -10,10 +11,8 @@ from orchlib.envs.choice import make_choice_suite
 from orchlib.envs.mini import CATEGORIES, Suite, make_suite
 from orchlib.envs.read import make_read_suite
 
-__all__ = ["SUITES", "ENVIRONMENTS", "Suite", "CATEGORIES", "make_suite", "make_choice_suite", "make_read_suite",
+__all__ = ["ENVIRONMENTS", "Suite", "CATEGORIES", "make_suite", "make_choice_suite", "make_read_suite",
            "make_environment"]
-
-SUITES = {"orchestra-mini": make_suite, "orchestra-choice": make_choice_suite, "orchestra-read": make_read_suite}
 
 ENVIRONMENTS: dict[str, Callable[..., Environment]] = {
     "orchestra-mini": mini.environment, "orchestra-choice": choice.environment, "orchestra-read": read.environment,

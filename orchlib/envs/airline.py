@@ -165,7 +165,7 @@ def _call(name: str, **arguments: Any) -> ToolCall:
 def _task(id: str, prompt: str, replies: list[str], calls: list[ToolCall], required: list[str],
           answer: str) -> Task:
     return Task(id=id, prompt=prompt, category="airline", tools=sorted(AIRLINE.functions),
-                checker="orchlib.envs.airline:AIRLINE.check", env="orchlib.envs.airline:AIRLINE.make_env",
+                checker="orchlib.envs.airline:AIRLINE.check", state="orchlib.envs.airline:AIRLINE.make_state",
                 user=UserSpec(kind="scripted", turns=replies), answer=answer,
                 golden=Golden(calls=calls, answer=answer), meta={"required": required})
 

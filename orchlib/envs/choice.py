@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from orchlib.env import Environment, RewardFunction
 from orchlib.envs.mini import Suite, make_suite
@@ -76,6 +76,7 @@ def make_choice_suite(seed: int = 0, n_train: int = 120, n_test: int = 80) -> Su
     return Suite(name="orchestra-choice", seed=seed, train=train, test=test, cards=cards)
 
 
-def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, **options: Any) -> Environment:
-    """"orchestra-choice" as an Environment: `make_choice_suite(seed, **options).environment(reward)`."""
-    return make_choice_suite(seed, **options).environment(reward)
+def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, n_train: int = 120,
+                n_test: int = 80) -> Environment:
+    """"orchestra-choice" as an Environment: `make_choice_suite(seed, n_train, n_test).environment(reward)`."""
+    return make_choice_suite(seed, n_train, n_test).environment(reward)

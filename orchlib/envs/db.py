@@ -8,8 +8,8 @@ unrequested write scores 0. An episode that did not end on its own (the agent an
 answered, or the user ended the conversation) scores 0, as in τ²-bench.
 
     AIRLINE = DBDomain("airline", initial=lambda task: load_json(...), tools=[get_reservation, ...])
-    Task(..., env=AIRLINE.make_env, checker=AIRLINE.check)        # or, in a task file, by import path:
-    {"env": "orchlib.envs.airline:AIRLINE.make_env", "checker": "orchlib.envs.airline:AIRLINE.check"}
+    Task(..., state=AIRLINE.make_state, checker=AIRLINE.check)      # or, in a task file, by import path:
+    {"state": "orchlib.envs.airline:AIRLINE.make_state", "checker": "orchlib.envs.airline:AIRLINE.check"}
 
 A database is a pydantic model (subclass `Database`), a dataclass, or plain JSON values (dicts,
 lists, strings, numbers); tools are typed, documented functions whose `env` (or `State`-annotated)
@@ -161,7 +161,7 @@ class _Start:
 
 class DBDomain:
     """A database domain: the initial state per task, the tools over it, golden replay and the
-    τ²-style checker. `initial(task)` may return a shared object: `make_env` hands out copies (see
+    τ²-style checker. `initial(task)` may return a shared object: `make_state` hands out copies (see
     `copy` in the module's docstring).
 
     `tools`: typed, documented functions (their cards derived from them), or `(schema, callable)`
@@ -269,8 +269,8 @@ class DBDomain:
                 self._starts.popitem(last=False)
         return start
 
-    def make_env(self, task: Task) -> Any:
-        """Task.env factory: the task's initial database, for one episode (a copy of a shared one)."""
+    def make_state(self, task: Task) -> Any:
+        """Task.state factory: the task's initial database, for one episode (a copy of a shared one)."""
         return self._start(task).load()
 
     def replay(self, task: Task, calls: Sequence[ToolCall] | None = None) -> Any:
@@ -278,12 +278,12 @@ class DBDomain:
         the domain's tools (argument checks included). A call that fails raises ValueError naming it:
         golden calls must be valid, and a test that perturbs them wants to know; so does a call that
         does not answer within `timeout_s`."""
-        return self._replay(task, self.make_env(task), calls)
+        return self._replay(task, self.make_state(task), calls)
 
     def _replay(self, task: Task, env: Any, calls: Sequence[ToolCall] | None) -> Any:
         if calls is None:
             calls = task.golden.calls if task.golden else []
-        ctx = ToolContext(task_id=task.id, prompt=task.prompt, category=task.category, env=env)
+        ctx = ToolContext(task_id=task.id, prompt=task.prompt, category=task.category, state=env)
 
         async def in_order() -> None:
             for i, call in enumerate(calls):

@@ -26,7 +26,7 @@ import random
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -236,8 +236,6 @@ class Suite(BaseModel):
                                                                         "None: the tools as they are")
     test_configurations: ConfigurationSpace | None = Field(None, description="the test tasks' (held-out parts); "
                                                                              "None: `configurations`")
-    prompt: dict[str, Any] = Field(default_factory=dict, description="the prompt settings the world renders with "
-                                                                     "(`orchlib.env.PROMPT_FIELDS`)")
 
     def toolbox(self):
         """A Toolbox of the suite's cards."""
@@ -245,13 +243,12 @@ class Suite(BaseModel):
 
         return Toolbox.from_cards(self.cards)
 
-    def environment(self, reward: RewardFunction | str | Path | None = None, **prompt: Any) -> Environment:
+    def environment(self, reward: RewardFunction | str | Path | None = None) -> Environment:
         """The suite as an Environment: its splits, a toolbox of its cards, `reward` (a reward file's
-        path or any reward function; None: rollouts and evaluations without one) and `prompt`, the
-        RolloutConfig prompt settings it renders with (`orchlib.env.PROMPT_FIELDS`; none: the run's)."""
+        path or any reward function; None: rollouts and evaluations without one) and its configuration
+        spaces, if any."""
         return Environment(name=self.name, train=self.train, test=self.test, tools=self.toolbox(), reward=reward,
-                           prompt={**self.prompt, **prompt}, configurations=self.configurations,
-                           test_configurations=self.test_configurations)
+                           configurations=self.configurations, test_configurations=self.test_configurations)
 
     def save(self, folder: str | Path) -> Path:
         """train.jsonl and test.jsonl in `folder` (the cards stay where they are shipped)."""
@@ -300,6 +297,8 @@ def make_suite(seed: int = 0, n_train: int = 250, n_test: int = 100, categories:
     return Suite(name="orchestra-mini", seed=seed, train=train, test=test, cards=cards)
 
 
-def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, **options: Any) -> Environment:
-    """"orchestra-mini" as an Environment: `make_suite(seed, **options).environment(reward)`."""
-    return make_suite(seed, **options).environment(reward)
+def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, n_train: int = 250,
+                n_test: int = 100, categories: Sequence[str] = CATEGORIES, profiles: Sequence[str] = tuple(PROFILES),
+                toolcards: str | Path | None = None) -> Environment:
+    """"orchestra-mini" as an Environment: `make_suite(seed, ...).environment(reward)`."""
+    return make_suite(seed, n_train, n_test, categories, profiles, toolcards).environment(reward)

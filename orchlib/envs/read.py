@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from orchlib.configurations import AliasPool, ConfigurationSpace, PriceSpace, Slot, generated_names
 from orchlib.env import Environment, RewardFunction
@@ -156,10 +156,11 @@ def make_read_suite(seed: int = 0, n_train: int = 120, n_test: int = 80,
             for t in base.test]
     train_space, test_space = read_spaces(seed)
     return Suite(name="orchestra-read", seed=seed, train=train, test=under_profiles(test, READ_PROFILES),
-                 cards=cards, configurations=train_space, test_configurations=test_space,
-                 prompt={"tool_schema": "brief"})
+                 cards=cards, configurations=train_space, test_configurations=test_space)
 
 
-def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, **options: Any) -> Environment:
-    """"orchestra-read" as an Environment: `make_read_suite(seed, **options).environment(reward)`."""
-    return make_read_suite(seed, **options).environment(reward)
+def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, n_train: int = 120,
+                n_test: int = 80, golden: Literal["reading", "counterbalanced"] = "reading") -> Environment:
+    """"orchestra-read" as an Environment: `make_read_suite(seed, n_train, n_test, golden).environment(reward)`.
+    Its prompts are meant for `RolloutConfig(tool_schema="brief")` (examples/smollm2_read.yaml sets it)."""
+    return make_read_suite(seed, n_train=n_train, n_test=n_test, golden=golden).environment(reward)

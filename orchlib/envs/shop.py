@@ -121,8 +121,8 @@ def initial_db(seed: int = 0) -> ShopDB:
 
 
 def make_shop_env(task: Task) -> ShopDB:
-    """Task.env factory: a fresh database for one episode (seed from `task.meta["shop_seed"]`, default 0)."""
-    return SHOP.make_env(task)
+    """Task.state factory: a fresh database for one episode (seed from `task.meta["shop_seed"]`, default 0)."""
+    return SHOP.make_state(task)
 
 
 # ---------------------------------------------------------------------------------------------- tools
@@ -284,7 +284,7 @@ def _shop_task(seed: int, kind: str, prompt: str, calls: list[ToolCall], answer:
 
     return Task(id=f"shop-{hashlib.sha1(prompt.encode()).hexdigest()[:10]}", prompt=prompt, category="shop",
                 tools=sorted(SHOP_TOOLS), checker="orchlib.envs.shop:check", answer=answer,
-                env="orchlib.envs.shop:make_shop_env", golden=Golden(calls=calls, answer=answer),
+                state="orchlib.envs.shop:make_shop_env", golden=Golden(calls=calls, answer=answer),
                 meta={"shop_seed": seed, "required": required, "kind": kind})
 
 

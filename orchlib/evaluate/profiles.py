@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from orchlib.env import Environment
 from orchlib.evaluate.run import evaluate
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task
@@ -28,8 +29,8 @@ def preference_adherence(engine, tasks: Sequence[Task], toolbox, profiles: Seque
         pname = prof if isinstance(prof, str) else prof.name
         varied = [t.model_copy(update={"preference": preference_for(prof, t.tools or [c.name for c in cards], cards)
                                        if isinstance(prof, str) else prof}) for t in tasks]
-        rep = evaluate(engine, varied, toolbox, reward=reward, config=config, group_size=group_size,
-                       name=f"{getattr(engine, 'name', 'policy')}@{pname}", seed=seed)
+        rep = evaluate(engine, Environment(name=pname, test=varied, tools=toolbox), reward=reward, config=config,
+                       group_size=group_size, name=f"{getattr(engine, 'name', 'policy')}@{pname}", seed=seed)
         s = rep.metrics["overall"]
         out["reports"][pname] = rep
         out["profiles"][pname] = {"accuracy": s["accuracy"], "cost_usd": s["cost_usd"], "latency_s": s["latency_s"],

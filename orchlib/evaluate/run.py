@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from orchlib.baselines import EVAL_ROLLOUT, collector_paused
-from orchlib.env import Environment, RewardFunction, as_reward, bind_older
+from orchlib.env import Environment, RewardFunction, as_reward
 from orchlib.evaluate.metrics import TrajectoryFigures, compute_metrics
 from orchlib.evaluate.report import EvalReport
 from orchlib.configurations import reward_preference
@@ -24,13 +24,14 @@ from orchlib.trajectory import Trajectory, to_json_line
 __all__ = ["evaluate"]
 
 
-def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutConfig | None = None,
-             group_size: int = 1, name: str | None = None, seed: int | None = 0, tasks: Sequence[Task] | None = None,
+def evaluate(policy, env: Environment, *, config: RolloutConfig | None = None, group_size: int = 1,
+             name: str | None = None, seed: int | None = 0, tasks: Sequence[Task] | None = None,
              reward: RewardFunction | None = None, batch_size: int | None = None,
              trajectories_to: str | os.PathLike | None = None, configurations=None, episode: int = 0) -> EvalReport:
     """Run `policy` (an Engine: a trained orchestrator or a baseline) on every task of `env`'s test split
-    (or `tasks`), `group_size` times, with the environment's toolbox, reward and prompt settings
-    (`config`: EVAL_ROLLOUT unless given; `reward` replaces the environment's).
+    (or `tasks`), `group_size` times, with the environment's toolbox and reward (`config`: EVAL_ROLLOUT
+    unless given; `reward` replaces the environment's). Tasks and tools of one's own:
+    `evaluate(policy, Environment(test=tasks, tools=toolbox, reward=reward))`.
 
     The reward is any `RewardFunction` (an `orchlib.reward.Reward`, or any `fn(group, P=...) -> array`);
     rewards are computed per task group under the task's own P, so with `group_size=1` group-normalised
@@ -47,32 +48,15 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
     Tool configurations: each test task runs under the configuration its environment's space draws for
     (`task.id`, `episode`; `env.configuration_space`), or `configurations` (a ConfigurationSpace, or a
     function task → space) where given; `report.metrics["by_configuration"]` breaks the numbers down.
-
-    `config`, `group_size`, `name` and `seed` may also follow `env` positionally. The older form
-    `evaluate(policy, tasks, toolbox, reward, config, group_size, name, seed)` still works.
     """
-    defaults = {"reward": None, "config": None, "group_size": 1, "name": None, "seed": 0}
-    given = {"reward": reward, "config": config, "group_size": group_size, "name": name, "seed": seed}
-    if isinstance(env, Environment):
-        args = bind_older("evaluate(policy, env, ...)", ("config", "group_size", "name", "seed"), older, given,
-                          defaults)
-        if tasks is None and not env.test:
-            raise ValueError(f"environment {env.name!r} has no test tasks: pass tasks= (e.g. env.train)")
-        tasks = env.test if tasks is None else tasks
-        toolbox, reward = env.tools, env.reward if args["reward"] is None else as_reward(args["reward"])
-        config = env.rollout_config(args["config"] or EVAL_ROLLOUT)
-        configurations = env.configuration_space if configurations is None else configurations
-    else:
-        if tasks is not None:
-            raise TypeError("tasks= goes with an Environment: evaluate(policy, env, tasks=...); the older form "
-                            "takes the tasks second: evaluate(policy, tasks, toolbox, ...)")
-        if not older:
-            raise TypeError("evaluate takes a policy and an Environment, evaluate(policy, env, ...), or the older "
-                            "evaluate(policy, tasks, toolbox, ...)")
-        args = bind_older("evaluate(policy, tasks, toolbox, ...)",
-                          ("toolbox", "reward", "config", "group_size", "name", "seed"), older, given, defaults)
-        tasks, toolbox, reward, config = env, args["toolbox"], args["reward"], args["config"]
-    group_size, name, seed = args["group_size"], args["name"], args["seed"]
+    if not isinstance(env, Environment):
+        raise TypeError(f"evaluate(policy, env, ...): env is an orchlib.Environment (e.g. Environment(test=tasks, "
+                        f"tools=toolbox, reward=reward)), not {type(env).__name__}")
+    if tasks is None and not env.test:
+        raise ValueError(f"environment {env.name!r} has no test tasks: pass tasks= (e.g. env.train)")
+    tasks = env.test if tasks is None else tasks
+    reward = env.reward if reward is None else as_reward(reward)
+    configurations = env.configuration_space if configurations is None else configurations
     tasks = list(tasks)
     config = config or EVAL_ROLLOUT
     if batch_size is not None and batch_size < 1:
@@ -87,7 +71,7 @@ def evaluate(policy, env: Environment | Sequence[Task], *older, config: RolloutC
         for start in range(0, len(tasks), step):
             batch = tasks[start:start + step]
             with paused():
-                trajectories = rollout(batch, toolbox, policy, config, group_size=group_size, seed=seed,
+                trajectories = rollout(env, policy, config=config, group_size=group_size, seed=seed, tasks=batch,
                                        configurations=configurations, episode=episode)
                 if rewards is not None:
                     rewards += _group_rewards(trajectories, batch, group_size, reward)

@@ -10,7 +10,8 @@ import numpy as np
 
 from orchlib.baselines import run_routes
 from orchlib.chat import CALL_OPENING
-from orchlib.rollout import RolloutConfig, render_prompt, tool_schemas
+from orchlib.prompting import render_prompt, tool_schemas
+from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task, under_profiles
 from orchlib.trajectory import Trajectory
 

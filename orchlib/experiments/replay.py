@@ -4,7 +4,7 @@ The reward says nothing about a skill the policy already has until the skill bre
 (Ouyang et al. 2022, arXiv 2203.02155, eq. 2) mixes the pretraining loss into the RL objective for that
 reason; here the mixed-in loss is the warm start's own, on a fresh draw of its examples each step:
 
-    trainer = Trainer(policy, tasks, tools, reward, GRPOConfig(),
+    trainer = Trainer(policy, env, GRPOConfig(),
                       hooks=VariantConfig(...).hooks().with_extra_loss(SFTReplay(examples, coef=0.5)))
 
 The examples must not teach the choice GRPO is learning: give `unlabel_names` golden trajectories whose

@@ -2,8 +2,8 @@
 is in the paper.
 
     from orchlib.experiments.variants import VariantConfig
-    trainer = Trainer(policy, tasks, tools, reward, GRPOConfig(), hooks=VariantConfig(paired_profiles=("accuracy",
-                      "thrifty"), preference_contrast=1.0).hooks())
+    trainer = Trainer(policy, env, GRPOConfig(), hooks=VariantConfig(paired_profiles=("accuracy", "thrifty"),
+                                                                     preference_contrast=1.0).hooks())
 
 They were built for the tiny demo policy, whose problem is reading the preference P at all (see the demo's
 notes); each is off by default, and `VariantConfig().hooks()` is the paper's GRPO.

@@ -103,8 +103,8 @@ def _parse(entry: Any, i: int, tool_names: set[str]) -> dict[str, Any]:
 
 def _replay(domain: DBDomain, task: Task) -> tuple[Any, list[str]]:
     """The database after the golden calls and what each returned; Refused('golden_fails') on an error."""
-    env = domain.make_env(task)
-    ctx = ToolContext(task_id=task.id, prompt=task.prompt, category=task.category, env=env)
+    env = domain.make_state(task)
+    ctx = ToolContext(task_id=task.id, prompt=task.prompt, category=task.category, state=env)
     results: list[str] = []
 
     async def in_order() -> None:
@@ -142,7 +142,7 @@ def _task(spec: dict[str, Any], name: str, package: str, tool_names: list[str], 
     user = (UserSpec(kind="simulated", instructions=spec["instructions"], base_url=config.llm.base_url,
                      model=config.llm.model) if config.simulated_user else None)
     return Task(id=f"{name}-{digest}", prompt=spec["prompt"], category=name, tools=tool_names,
-                checker=f"{package}.domain:DOMAIN.check", env=f"{package}.domain:DOMAIN.make_env", user=user,
+                checker=f"{package}.domain:DOMAIN.check", state=f"{package}.domain:DOMAIN.make_state", user=user,
                 answer=spec["answer"], golden=Golden(calls=spec["calls"], answer=spec["answer"]),
                 meta={"required": [str(f) for f in spec["required"]], "changes": [str(p) for p in spec["changes"]],
                       "difficulty": spec["difficulty"], "user_instructions": spec["instructions"]})

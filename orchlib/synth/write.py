@@ -5,7 +5,7 @@
     <package>/tools.py         the kept tool code, as checked
     <package>/domain.py        DOMAIN (a DBDomain) and the tools of tools.py, each call run in the python sandbox
     <package>/cards/*.yaml     one function card per tool (backend.callable: <package>.domain:<tool>)
-    <package>/tasks.jsonl      the kept tasks (env and checker: <package>.domain:DOMAIN.make_env / .check)
+    <package>/tasks.jsonl      the kept tasks (env and checker: <package>.domain:DOMAIN.make_state / .check)
     <package>/report.json      kept and refused per stage and reason, the writer model's tokens and cost
 
 The folder is written beside its place and renamed into it, so a reader never sees half of one.

@@ -42,7 +42,7 @@ class ToolContext:
     category: str = ""                  # e.g. "arithmetic", "lookup", "gsm8k", "shop", "hard"
     answer: str | None = None           # reference answer: only simulated tools may read it
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # conversation so far
-    env: Any = None                     # stateful environment of this episode (e.g. a database)
+    state: Any = None                   # this episode's state (Task.state's, e.g. a database copy)
     seed: int = 0
 
 
@@ -100,7 +100,7 @@ class Tool:
 
     @property
     def stateful(self) -> bool:
-        """Whether calls read or change the episode's env (they then run in order within a turn)."""
+        """Whether calls read or change the episode's state (they then run in order within a turn)."""
         return False
 
     def check_arguments(self, arguments: Any) -> str | None:

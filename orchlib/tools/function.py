@@ -7,7 +7,7 @@ timeout its result is dropped, and its thread is given up — it runs to its end
 holding a place among the `MAX_THREADS`, as a daemon thread that does not keep the process alive.
 More than `MAX_RUNAWAY` calls given up and still running: a new call fails at once, saying so, rather
 than waiting. A function may return an Observation (e.g. `final=True`, which ends the
-episode); any other result is shown as text. One parameter may receive `context.env` (the episode's stateful
+episode); any other result is shown as text. One parameter may receive `context.state` (the episode's stateful
 environment) and is not part of the schema: the one named by `backend.state`, else the one annotated
 `State` (`db: State`, or `Annotated[DB, STATE]`), else one named `env`.
 
@@ -209,7 +209,7 @@ class FunctionTool(Tool):
                             "(orchlib.tools.bind(card, fn)) or set backend.callable")
         kwargs = dict(arguments)
         if self._state is not None:
-            kwargs[self._state] = context.env
+            kwargs[self._state] = context.state
         if self._is_async:
             result = await self.fn(**kwargs)
         else:

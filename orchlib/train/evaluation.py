@@ -73,10 +73,12 @@ def baseline_reports(tasks, toolbox, tokenizer, reward, config, names: Sequence[
                      calibration=None, seed: int = 0) -> dict[str, Any]:
     """`evaluate` of each baseline on `tasks` (strongest and cheapest ranked on `calibration`)."""
     from orchlib.baselines import make_baselines
+    from orchlib.env import Environment
     from orchlib.evaluate import evaluate
 
     engines = make_baselines(tasks, toolbox, tokenizer, names, calibration=calibration, config=config, seed=seed)
-    return {n: evaluate(e, tasks, toolbox, reward, config, name=n, seed=seed) for n, e in engines.items()}
+    env = Environment(name="baselines", test=tasks, tools=toolbox, reward=reward)
+    return {n: evaluate(e, env, config=config, name=n, seed=seed) for n, e in engines.items()}
 
 
 def numbers(trajs: Sequence[Any]) -> dict[str, Any]:

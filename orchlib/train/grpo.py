@@ -14,7 +14,8 @@ task's groups never straddle processes), so advantages are computed locally and 
 gradients. Experimental objectives and samplers plug in through `hooks=` (see `train/hooks.py` and
 `orchlib/experiments/variants.py`); this loop never looks at which ones, nor at which engine samples: the
 engine says whether it shares the trainer's weights and whether its log-probs are the trainer's own
-(`engines/base.py`'s `TrainableEngine`).
+(`engines/base.py`'s `TrainableEngine`). What a step reports is `train/metrics.py`'s; save and resume
+are `train/saving.py`'s. The same method as one file, without the engineering: `examples/paper_grpo.py`.
 
 Where this departs from the paper: laptop defaults (lr 5e-4 for a ~1 M-parameter policy instead of 1e-6
 for 8B; 4 tasks × 8 rollouts per step instead of 16 × 8), one optimiser step per batch of rollouts (so
@@ -28,29 +29,27 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import json
 import math
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from orchlib.engines.base import TrainableEngine, exact_logprobs, shares_weights
-from orchlib.env import Environment, bind_older, reward_terms
 from orchlib.configurations import reward_preference
+from orchlib.env import Environment
 from orchlib.rollout import rollout
-from orchlib.tasks import Task
-from orchlib.train.checkpoint import (CheckpointError, abandon, commit, find_checkpoint, random_state_from_json,
-                                      random_state_to_json, read_trainer_state, require, temporary_sibling)
 from orchlib.train.config import GRPOConfig, LoraSettings
 from orchlib.train.hooks import Hooks, MicroBatch, needs_full_logprobs
 from orchlib.train.logprobs import sampled_logprobs
 from orchlib.train.loss import group_advantages, keep_groups
+from orchlib.train.metrics import flat, gather_dicts, step_metrics, sum_dicts, term_means
+from orchlib.train.saving import resume_trainer, save_trainer
 from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
@@ -83,38 +82,6 @@ def lr_factor(step: int, warmup: int, decay: int | None) -> float:
     return max(0.0, 1.0 - (step - warmup) / decay)
 
 
-def _resolve_policy(policy) -> tuple[Any, Any, str]:
-    from orchlib.models import build_default_policy, load_policy
-
-    if isinstance(policy, tuple):
-        model, tok = policy
-        return model, tok, str(getattr(model, "name_or_path", "") or "")
-    if policy in ("tiny", "small"):
-        model, tok = build_default_policy(policy)
-    else:
-        model, tok = load_policy(policy)
-    return model, tok, str(model.name_or_path)
-
-
-def _environment(call: str, env, older: tuple, config: GRPOConfig | None) -> tuple[Environment, GRPOConfig | None]:
-    """The environment and config of `Trainer(policy, env, config)`, or of the older
-    `Trainer(policy, tasks, tools, reward, config)`."""
-    if isinstance(env, Environment):
-        args = bind_older(f"{call}(..., env, ...)", ("config",), older, {"config": config}, {"config": None})
-    else:
-        if len(older) < 2:
-            raise TypeError(f"{call} takes an Environment, {call}(policy, env, config), or the older "
-                            f"{call}(policy, tasks, tools, reward, config)")
-        args = bind_older(f"{call}(..., tasks, tools, reward, ...)", ("tools", "reward", "config"), older,
-                          {"config": config}, {"config": None})
-        if not list(env):
-            raise ValueError(f"{call} needs at least one task")
-        if args["reward"] is None:
-            raise ValueError(f"{call} needs a reward")
-        env = Environment(train=env, tools=args["tools"], reward=args["reward"])
-    return env, args["config"]
-
-
 def make_engine(config: GRPOConfig, model, tokenizer, seed: int) -> TrainableEngine:
     """The engine `config.engine` names, sampling from `model`: the model itself (transformers), or vLLM
     in this process or at `config.vllm.base_url`, starting from the model's current weights. How the
@@ -131,28 +98,24 @@ def make_engine(config: GRPOConfig, model, tokenizer, seed: int) -> TrainableEng
 
 
 class Trainer:
-    def __init__(self, policy, env: Environment | Sequence[Task], *older, config: GRPOConfig | None = None,
-                 hooks: Hooks | None = None, policy_source: str | None = None):
+    def __init__(self, policy, env: Environment, config: GRPOConfig | None = None, *, hooks: Hooks | None = None,
+                 policy_source: str | None = None):
         """`policy`: 'tiny' / 'small', a Hugging Face id or folder, or a (model, tokenizer) pair. `env`: the
-        Environment whose train tasks, tools, reward and prompt settings the run uses (the older
-        `Trainer(policy, tasks, tools, reward, config)` still works). `hooks`: the sampler, advantage
-        transform and token loss (default: the paper's, `Hooks()`)."""
+        Environment whose train tasks, tools and reward the run uses (`trainer.env`: set another, e.g.
+        `trainer.env = trainer.env.replace(train=...)`, and the next steps draw from it). `hooks`: the
+        sampler, advantage transform and token loss (default: the paper's, `Hooks()`)."""
         from accelerate.utils import set_seed
 
+        from orchlib.models import resolve_policy
         from orchlib.train.accel import make_accelerator
 
-        env, config = _environment("Trainer", env, older, config)
+        _check_environment("Trainer", env)
         config = config if config is not None else GRPOConfig()
-        if not env.train:
-            raise ValueError("Trainer needs at least one task")
-        if env.reward is None:
-            raise ValueError(f"Trainer needs a reward: environment {env.name!r} has none (Environment(reward=...))")
         self.env = env
-        self.rollout_config = env.rollout_config(config.rollout)  # the prompt as the environment renders it
         self.config = config
         self.hooks = hooks if hooks is not None else Hooks()
         set_seed(config.seed)
-        model, self.tokenizer, source = _resolve_policy(policy)
+        model, self.tokenizer, source = resolve_policy(policy)
         self.policy_source = policy_source or source
         if config.lora:
             from peft import LoraConfig, get_peft_model
@@ -178,13 +141,31 @@ class Trainer:
         acc = self.accelerator
         self.engine: TrainableEngine = make_engine(config, acc.unwrap_model(self.model), self.tokenizer,
                                                    seed=config.seed * 1000 + acc.process_index)
-        self.toolbox, self.reward = env.tools, env.reward
-        self.tasks = list(env.train)  # the pool each step draws from (a widget may set another)
         self.rng = random.Random(config.seed)
         self.step_count = 0
         self.history: list[dict[str, float]] = []
         if config.log_with:
-            acc.init_trackers("orchlib", config=_flat({**config.model_dump(mode="json"), **self.hooks.record}))
+            acc.init_trackers("orchlib", config=flat({**config.model_dump(mode="json"), **self.hooks.record}))
+
+    @property
+    def env(self) -> Environment:
+        """The world the next steps draw from: its train tasks, tools and reward."""
+        return self._env
+
+    @env.setter
+    def env(self, env: Environment) -> None:
+        _check_environment("Trainer.env", env)
+        self._env = env
+
+    @property
+    def toolbox(self):
+        """`env.tools`."""
+        return self._env.tools
+
+    @property
+    def reward(self):
+        """`env.reward`."""
+        return self._env.reward
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepReport:
@@ -192,10 +173,11 @@ class Trainer:
         acc, cfg, G, hooks = self.accelerator, self.config, self.config.group_size, self.hooks
         t0 = time.perf_counter()
         # draw tasks: every process draws the same bundles and rolls out its share, whole bundles at a time
-        bundles = hooks.sampler(self.rng, self.tasks, min(cfg.tasks_per_step, len(self.tasks)))
+        pool = list(self.env.train)
+        bundles = hooks.sampler(self.rng, pool, min(cfg.tasks_per_step, len(pool)))
         local = [t for bundle in bundles[acc.process_index::acc.num_processes] for t in bundle]
         # rollout: G trajectories per task, group after group
-        trajs = rollout(self.env, self.engine, config=self.rollout_config, group_size=G, tasks=local,
+        trajs = rollout(self.env, self.engine, config=cfg.rollout, group_size=G, tasks=local,
                         episode=self.step_count) if local else []  # episode: this step's tool configurations
         self.engine.clear_prefix_cache()  # the update below makes the kept keys/values stale: free them now
         t1 = time.perf_counter()
@@ -203,7 +185,7 @@ class Trainer:
         # rewards, under the P each task's prompt showed
         rewards = np.array([self.reward(g, P=reward_preference(t, g)) for g, t in zip(groups, local)], dtype=np.float64)
         rewards = rewards.reshape(len(local), G)
-        terms = self._term_means(groups, local)
+        terms = term_means(self.reward, groups, local, acc.num_processes)
         # advantages within each group; groups without reward spread are left out (the paper's filter)
         r = torch.tensor(rewards, dtype=torch.float32)
         adv = group_advantages(r, cfg.advantage_scale) if len(local) else r  # no tasks here: no std to take
@@ -223,12 +205,13 @@ class Trainer:
         t3 = time.perf_counter()
         # metrics, over every process
         self.step_count += 1
-        metrics = self._metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist())
+        metrics = step_metrics(trajs, rewards.flatten().tolist(), terms, keep, upd, adv.flatten().tolist(), G,
+                               self.step_count, acc.num_processes)
         times = {"time/rollout": t1 - t0, "time/reward": t2 - t1, "time/update": t3 - t2, "time/step": t3 - t0}
         if synced:
             times["time/sync"] = self.engine.last_sync["seconds"]  # a part of time/update
         if acc.num_processes > 1:  # the step lasts as long as its slowest process
-            times = {k: max(d[k] for d in _gather_dicts(times)) for k in times}
+            times = {k: max(d[k] for d in gather_dicts(times)) for k in times}
         metrics.update(times)
         metrics["lr"] = lr
         self.history.append(metrics)
@@ -251,18 +234,6 @@ class Trainer:
             m = reports[-1].metrics
             bar.set_postfix(reward=f"{m['reward']:.3f}", acc=f"{m['accuracy']:.2f}")
         return reports
-
-    def _term_means(self, groups, tasks) -> dict[str, float]:
-        """Mean contribution of each reward term, over the trajectories of every process."""
-        sums: dict[str, float] = Counter()
-        for g, t in zip(groups, tasks):
-            for name, values in reward_terms(self.reward, g, reward_preference(t, g)).items():
-                values = np.asarray(values, dtype=float)
-                sums[name] += float(values.sum())
-                sums["_n/" + name] += float(values.size)
-        if self.accelerator.num_processes > 1:
-            sums = _sum_dicts(_gather_dicts(dict(sums)))
-        return {k: sums[k] / max(sums["_n/" + k], 1.0) for k in sums if not k.startswith("_n/")}
 
     def _update(self, trajs: list[Trajectory], advantages: list[float], extra: list[Any]) -> dict[str, float]:
         """One optimiser step over the kept trajectories (micro-batched); all processes take part.
@@ -295,8 +266,8 @@ class Trainer:
                 stats[k] += v
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         if acc.num_processes > 1:  # token-weighted means over every process, not just this one
-            stats = _sum_dicts(_gather_dicts(dict(stats)))
-            mismatch_max = max(d["m"] for d in _gather_dicts({"m": mismatch_max}))
+            stats = sum_dicts(gather_dicts(dict(stats)))
+            mismatch_max = max(d["m"] for d in gather_dicts({"m": mismatch_max}))
         # A NaN or inf would be written into every weight and reported as a step: refuse the step instead
         # (stats and the norm are the same on every process here, so all of them stop together).
         if not (math.isfinite(stats.get("loss", 0.0)) and math.isfinite(float(grad_norm))):
@@ -395,171 +366,25 @@ class Trainer:
             return torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
         return sampled_logprobs(logits, tgt, temp)[0]  # no [B, T, V] log-softmax at once
 
-    def _metrics(self, trajs, rewards, terms, keep, upd, advantages) -> dict[str, float]:
-        from accelerate.utils import gather_object
-
-        G = self.config.group_size
-        rows = [{"reward": r, "outcome": t.outcome, "cost": t.cost_usd, "latency": t.latency_s,
-                 "tokens": t.num_tokens, "turns": t.num_turns, "calls": t.calls, "errors": t.errors,
-                 "profile": t.preference.get("name", ""), "kept": bool(k), "advantage": a if k else 0.0}
-                for t, r, k, a in zip(trajs, rewards, np.repeat(keep.numpy(), G), advantages)]
-        if self.accelerator.num_processes > 1:
-            rows = gather_object(rows)
-        kept = sum(r["kept"] for r in rows) / G  # every group is G rows, each marked with its group's keep
-        m: dict[str, float] = {"step": float(self.step_count)}
-        m.update(_summaries(rows))
-        for prof in sorted({r["profile"] for r in rows if r["profile"]}):
-            sub = _summaries([r for r in rows if r["profile"] == prof])
-            m.update({f"profile/{prof}/{k}": v for k, v in sub.items() if not k.startswith(("calls/", "errors/"))})
-            # groups of this profile that carried a learning signal: a group whose rewards are all equal
-            # teaches nothing, and under some P (outcome only, every tool right) most groups are like that
-            m[f"profile/{prof}/groups_kept"] = sum(r["kept"] for r in rows if r["profile"] == prof) / G
-            # where this profile's update pushes: the mean advantage of its rollouts that called each tool
-            # (0 for groups left out). If these differ by profile while the tool shares do not, the
-            # reward carries P's signal and the policy is not (yet) reading P.
-            m.update({f"profile/{prof}/advantage/{tool}": v for tool, v in _tool_advantages(
-                [r for r in rows if r["profile"] == prof]).items()})
-        m.update({f"reward/{k}": v for k, v in terms.items()})
-        m["groups_kept"], m["groups_filtered"] = float(kept), len(rows) / G - kept
-        m.update({k: float(v) for k, v in upd.items()})
-        return m
-
     # ------------------------------------------------------------------ checkpoints
     def save(self, path: str | Path) -> Path:
-        """Weights (or adapter), optimizer, scheduler, RNG states, step, history — atomically."""
-        acc = self.accelerator
-        path = Path(path)
-        tmp = path.parent / f".{path.name}.tmp-{self.step_count}"
-        if acc.is_main_process:
-            tmp = temporary_sibling(path, str(self.step_count))
-        try:
-            self._write_checkpoint(tmp, path)
-        except Exception as e:  # a full disk, a write error: one line, no partial copy left to fill the disk
-            raise abandon(tmp, path, e) from None
-        return path
-
-    def _write_checkpoint(self, tmp: Path, path: Path) -> None:
-        acc = self.accelerator
-        acc.wait_for_everyone()
-        acc.save_state(str(tmp / "state"))
-        torch.save(self.engine.generator.get_state(), tmp / "state" / f"engine_rng_{acc.process_index}.pt")
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            unwrapped = acc.unwrap_model(self.model)
-            unwrapped.save_pretrained(tmp / "policy")
-            self.tokenizer.save_pretrained(tmp / "policy")
-            if self.ref_model is not None:
-                self.ref_model.save_pretrained(tmp / "reference")
-            (tmp / "sampler_rng.json").write_text(json.dumps(random_state_to_json(self.rng.getstate())))
-            state = {"step": self.step_count, "history": self.history, "policy_source": self.policy_source,
-                     "config": self.config.model_dump(mode="json"), "hooks": self.hooks.record}
-            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
-            commit(tmp, path)
-        acc.wait_for_everyone()
+        """Weights (or adapter), optimizer, scheduler, RNG states, step, history — atomically
+        (`orchlib.train.saving`)."""
+        return save_trainer(self, path)
 
     @classmethod
-    def resume(cls, path: str | Path, env: Environment | Sequence[Task], *older, config: GRPOConfig | None = None,
+    def resume(cls, path: str | Path, env: Environment, config: GRPOConfig | None = None, *,
                hooks: Hooks | None = None) -> "Trainer":
-        """Rebuild a trainer from `save()`d state and continue exactly where it stopped, in `env` (or the
-        older `resume(path, tasks, tools, reward, config, hooks)`). `hooks` must be the ones it was
-        trained with (their `record` is checked against the checkpoint's)."""
-        from pydantic import ValidationError
-
-        from orchlib.models import load_policy
-
-        ckpt = find_checkpoint(path)  # every file checked against the manifest's SHA-256 first
-        if ckpt is None:
-            raise FileNotFoundError(f"no complete checkpoint at {path}")
-        if not isinstance(env, Environment) and len(older) == 4:  # older form: hooks after the config
-            older, hooks = older[:3], older[3] if hooks is None else hooks
-        env, config = _environment("Trainer.resume", env, older, config)
-        state = read_trainer_state(require(ckpt, "trainer_state.json"))
-        sampler_state = random_state_from_json(require(ckpt, "sampler_rng.json"))
-        hooks = hooks if hooks is not None else Hooks()
-        if state.get("hooks", {}) != hooks.record:
-            raise ValueError(f"{ckpt / 'trainer_state.json'}: trained with hooks {state.get('hooks', {})}, resumed "
-                             f"with {hooks.record}; pass the same hooks= (e.g. VariantConfig(**record['variants'])"
-                             f".hooks())")
-        try:
-            config = config or GRPOConfig.model_validate(state["config"])
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise CheckpointError(f"{ckpt / 'trainer_state.json'}: config.{'.'.join(map(str, err['loc']))}: "
-                                  f"{err['msg']}") from None
-        source = ckpt / "policy" if not config.lora else state["policy_source"]
-        trainer = cls(load_policy(source), env, config, hooks=hooks,
-                      policy_source=state["policy_source"])
-        if trainer.ref_model is not None and (ckpt / "reference").exists():
-            ref, _ = load_policy(ckpt / "reference")
-            trainer.ref_model.load_state_dict(ref.state_dict())
-        acc = trainer.accelerator
-        rng_file = require(ckpt, f"state/engine_rng_{acc.process_index}.pt")
-        try:  # accelerate reads its files with weights_only=True and no custom objects are registered
-            acc.load_state(str(ckpt / "state"))
-            engine_rng = torch.load(rng_file, weights_only=True)
-            trainer.engine.generator.set_state(engine_rng)
-        except Exception as e:  # a file that passed its hash but does not fit this model or config
-            raise CheckpointError(f"{ckpt / 'state'}: cannot be loaded into this trainer "
-                                  f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
-        trainer.rng.setstate(sampler_state)
-        trainer.step_count, trainer.history = state["step"], state["history"]
-        return trainer
+        """Rebuild a trainer from `save()`d state and continue exactly where it stopped, in `env`. `hooks`
+        must be the ones it was trained with (their `record` is checked against the checkpoint's)."""
+        return resume_trainer(cls, path, env, config, hooks)
 
 
-def _gather_dicts(d: dict[str, float]) -> list[dict[str, float]]:
-    """Every process's copy of `d` (a collective call: all processes must make it together)."""
-    from accelerate.utils import gather_object
-
-    return gather_object([d])
-
-
-def _sum_dicts(ds: list[dict[str, float]]) -> dict[str, float]:
-    total: Counter[str] = Counter()
-    for d in ds:
-        total.update(d)
-    return dict(total)
-
-
-def _tool_advantages(rows: list[dict]) -> dict[str, float]:
-    """tool → mean advantage of the rows whose trajectory called it at least once."""
-    sums: Counter[str] = Counter()
-    counts: Counter[str] = Counter()
-    for r in rows:
-        for tool, n in r["calls"].items():
-            if n:
-                sums[tool] += r["advantage"]
-                counts[tool] += 1
-    return {tool: sums[tool] / counts[tool] for tool in sorted(counts)}
-
-
-def _summaries(rows: list[dict]) -> dict[str, float]:
-    if not rows:
-        return {}
-    n = len(rows)
-    out = {"reward": sum(r["reward"] for r in rows) / n, "accuracy": sum(r["outcome"] for r in rows) / n,
-           "cost_usd": sum(r["cost"] for r in rows) / n, "latency_s": sum(r["latency"] for r in rows) / n,
-           "tokens": sum(r["tokens"] for r in rows) / n, "turns": sum(r["turns"] for r in rows) / n,
-           "errors": sum(sum(r["errors"].values()) for r in rows) / n}
-    calls: Counter[str] = Counter()
-    errors: Counter[str] = Counter()
-    for r in rows:
-        calls.update(r["calls"])
-        errors.update(r["errors"])
-    total = sum(calls.values())
-    for tool, c in sorted(calls.items()):
-        out[f"calls/{tool}"] = c / n
-        out[f"share/{tool}"] = c / total if total else 0.0
-    for kind, c in sorted(errors.items()):
-        out[f"errors/{kind}"] = c / n
-    return out
-
-
-def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v if isinstance(v, (int, float, str, bool)) else str(v)
-    return out
-
+def _check_environment(call: str, env: Environment) -> None:
+    if not isinstance(env, Environment):
+        raise TypeError(f"{call}: env is an orchlib.Environment (e.g. Environment(train=tasks, tools=toolbox, "
+                        f"reward=reward)), not {type(env).__name__}")
+    if not env.train:
+        raise ValueError(f"{call} needs at least one train task: environment {env.name!r} has none")
+    if env.reward is None:
+        raise ValueError(f"{call} needs a reward: environment {env.name!r} has none (Environment(reward=...))")

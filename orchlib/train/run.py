@@ -6,12 +6,17 @@ outside the paper's path, named by import path; empty = the paper's GRPO). `poli
 gpt-5 card in `cards:` is the real-scale path (see examples/qwen3_8b.yaml); examples/smollm2_choice.yaml
 trains a real pretrained model on 2 CPU cores; the defaults train the tiny policy on a laptop.
 
-With `evaluation:`, the run evaluates the policy on the suite's test split after the warm start
+`env:` names the world (`orchlib.envs.config.EnvConfig`): a shipped one (`env: shop`, or
+`env: {name: orchestra-choice, seed: 0, n_train: 40}`), task files of one's own (`env: {tasks: my.jsonl,
+cards: mycards/, reward: rewards/outcome.yaml}`), or a factory of one's own (`env: {factory:
+"mypkg.worlds:make"}`), which runs only with `trust_code=True` (`orchlib train --trust-code`).
+
+With `evaluation:`, the run evaluates the policy on the world's test split after the warm start
 ("before RL") and after GRPO ("after RL"), beside the baselines, and writes `evaluation.json` and
 `evaluation.txt` into `out`.
 
 From Python, `run_training(cfg, env=env)` runs the same recipe in an Environment of one's own (its
-train and test tasks, tools, reward and prompt settings) instead of the one the file names.
+train and test tasks, tools and reward) instead of the one the file names.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pydantic import ConfigDict, Field
 
 from orchlib.configurations import ConfigurationSpace
 from orchlib.env import Environment
+from orchlib.envs.config import EnvConfig
 from orchlib.settings import Settings
 from orchlib.train.config import GRPOConfig
 from orchlib.train.evaluation import RunEvaluation
@@ -33,21 +39,17 @@ from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin, require_trust
 from orchlib.train.sft import SFTConfig
 
-__all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment", "load_world"]
+__all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
 
 
 class RunConfig(Settings):
     model_config = ConfigDict(extra="forbid", frozen=True)
     policy: str = Field("tiny", description="'tiny' / 'small' (built offline), a Hugging Face id or short name "
                                             "('smollm2'), or a folder")
-    cards: str | list[str] | None = Field(None, description="folder, file or list of files of tool cards; empty = "
-                                          "the suite's own cards (with `tasks`: the shipped toolcards)")
-    reward: str = Field("rewards/toolorchestra.yaml", description="reward file in the reward DSL")
-    tasks: str | None = Field(None, description="tasks JSONL; empty = the train split of `suite`")
-    suite: str = Field("orchestra-mini", description="a suite of orchlib.envs.SUITES, when `tasks` is empty")
-    suite_seed: int = Field(0, description="seed of the suite when `tasks` is empty")
-    suite_train: int | None = Field(None, ge=1, description="the suite's train questions (None: its default)")
-    suite_test: int | None = Field(None, ge=1, description="the suite's test questions (None: its default)")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="the world: a shipped one by name (`env: shop`, "
+                           "`env: {name: orchestra-choice, n_train: 40}`), task files of one's own (`env: {tasks: "
+                           "my.jsonl, cards: mycards/}`) or a factory (`env: {factory: 'pkg.mod:make'}`, run only "
+                           "with --trust-code); its `reward` too. Default: orchestra-mini, the paper's reward")
     steps: int = Field(20, ge=0, description="GRPO steps")
     warm_start: SFTConfig | None = Field(default_factory=SFTConfig, description="SFT on golden trajectories "
                                          "first; null to skip (a real instruction model needs none)")
@@ -57,7 +59,8 @@ class RunConfig(Settings):
                                       "[accuracy, thrifty]}}`; empty = the paper's GRPO. Runs code, so only "
                                       "with trust_code (--trust-code)")
     evaluation: RunEvaluation | None = Field(None, description="evaluate before and after GRPO, beside the "
-                                             "baselines, on the suite's test split (needs a suite, not `tasks`)")
+                                             "baselines, on the world's test split (with `env.tasks`: needs "
+                                             "`env.test_tasks`)")
     out: str = Field("runs/train", description="checkpoint and metrics folder; a rerun resumes from it")
     save_every: int = Field(10, ge=1, description="checkpoint every this many steps (and at the end)")
     configurations: ConfigurationSpace | None = Field(None, description="per-episode tool configurations of the "
@@ -67,36 +70,13 @@ class RunConfig(Settings):
                                                            "aliases, prices, backends); empty: `configurations`")
 
 
-# RunConfig fields that name the run's world (an `env=` given to run_training replaces them)
-WORLD_FIELDS = frozenset({"cards", "reward", "tasks", "suite", "suite_seed", "suite_train", "suite_test",
-                          "configurations", "test_configurations"})
-
-
-def load_environment(cfg: RunConfig) -> Environment:
-    """The run's Environment: the tasks file with `cards` (default: the shipped toolcards), or the suite's
-    train and test splits with its own cards (or `cards`); the reward file."""
-    from orchlib.tasks import load_tasks
-
+def load_environment(cfg: RunConfig, trust_code: bool = False) -> Environment:
+    """The run's Environment, as `cfg.env` names it (a factory of one's own runs only with `trust_code`),
+    with the config's configuration spaces, where given, laid over the world's own."""
+    env = cfg.env.environment(trust_code=trust_code)
     spaces = {k: v for k, v in (("configurations", cfg.configurations),
                                 ("test_configurations", cfg.test_configurations)) if v is not None}
-    if cfg.tasks:
-        return Environment(name=cfg.tasks, train=load_tasks(cfg.tasks), tools=cfg.cards or "toolcards",
-                           reward=cfg.reward, **spaces)
-    from orchlib.envs import SUITES
-
-    if cfg.suite not in SUITES:
-        raise ValueError(f"suite: {cfg.suite!r} is not one of {sorted(SUITES)}")
-    sizes = {k: v for k, v in (("n_train", cfg.suite_train), ("n_test", cfg.suite_test)) if v is not None}
-    suite = SUITES[cfg.suite](cfg.suite_seed, **sizes)
-    env = suite.environment(cfg.reward)
-    changes = {**({"tools": cfg.cards} if cfg.cards else {}), **spaces}
-    return env.replace(**changes) if changes else env
-
-
-def load_world(cfg: RunConfig):
-    """(train tasks, test tasks or None, toolbox, reward) of a run: `load_environment`, unpacked."""
-    env = load_environment(cfg)
-    return list(env.train), list(env.test) or None, env.tools, env.reward
+    return env.replace(**spaces) if spaces else env
 
 
 def run_training(cfg: RunConfig, progress: bool = True,
@@ -104,27 +84,26 @@ def run_training(cfg: RunConfig, progress: bool = True,
                  env: Environment | None = None, trust_code: bool = False) -> Trainer:
     """Warm start (unless resuming), then GRPO for `cfg.steps`, checkpointing into `cfg.out`; with
     `cfg.evaluation`, the evaluations before and after RL. `on_step` sees every step's report. `env`:
-    the Environment to train in, instead of the world `cfg` names (whose fields must then be left unset).
-    `trust_code`: the user's opt-in to import and run the code `cfg.hooks` names (a config file is data;
-    without it, a config with hooks is an UntrustedCodeError and nothing runs)."""
+    the Environment to train in, instead of the world `cfg.env` names (which must then be left unset).
+    `trust_code`: the user's opt-in to import and run the code the config names (`hooks`, `env.factory`);
+    a config file is data: without it such a config is an UntrustedCodeError and nothing runs."""
     from orchlib.train.checkpoint import find_checkpoint
 
     require_trust(cfg.hooks, trust_code)
 
     if env is None:
-        if cfg.evaluation is not None and cfg.tasks:
-            raise ValueError("evaluation: needs a suite's test split; leave `tasks` empty")
-        env = load_environment(cfg)
+        if cfg.evaluation is not None and cfg.env.tasks is not None and cfg.env.test_tasks is None:
+            raise ValueError("evaluation: needs a test split; give env.test_tasks beside env.tasks")
+        env = load_environment(cfg, trust_code=trust_code)
     else:
-        named = sorted(WORLD_FIELDS & cfg.model_fields_set)
+        named = sorted({"env", "configurations", "test_configurations"} & cfg.model_fields_set)
         if named:
             raise ValueError(f"run_training(cfg, env=...): the environment replaces {named}; leave them unset")
         if env.reward is None:
             raise ValueError(f"run_training: environment {env.name!r} has no reward (Environment(reward=...))")
-        if cfg.evaluation is not None and not env.test:
-            raise ValueError(f"evaluation: needs test tasks; environment {env.name!r} has none")
+    if cfg.evaluation is not None and not env.test:
+        raise ValueError(f"evaluation: needs test tasks; environment {env.name!r} has none")
     tasks, test, toolbox, reward = list(env.train), list(env.test), env.tools, env.reward
-    rollout_config = env.rollout_config(cfg.grpo.rollout)  # the prompts as the environment renders them
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
     hooks = cfg.hooks.build() if cfg.hooks is not None else Hooks()
@@ -151,7 +130,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
     if cfg.evaluation is not None:
         t0 = time.perf_counter()
         reports["after RL"] = _evaluate_policy(trainer, env, cfg, "after RL")
-        reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, rollout_config, cfg))
+        reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg.grpo.rollout, cfg))
         wall["evaluate_after"] = time.perf_counter() - t0
         _write_evaluation(out, reports, reward, cfg, wall)
     return trainer
@@ -160,7 +139,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
 def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
                         wall: dict[str, float] | None = None):
     """(model, tokenizer): the run's policy, loaded, after its SFT warm start (`cfg.warm_start`) on the
-    golden trajectories of `env`'s train tasks, rendered as `env` renders its prompts. `wall`, if given,
+    golden trajectories of `env`'s train tasks, rendered as `cfg.grpo.rollout` renders prompts. `wall`, if given,
     gets the seconds of "load" and "warm_start"."""
     from orchlib.models import build_default_policy, load_policy
     from orchlib.train.sft import golden_trajectories, sft_train
@@ -172,8 +151,8 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
     if cfg.warm_start is not None:
         t0 = time.perf_counter()
         with_golden = [t for t in env.train if t.golden is not None]
-        gold = golden_trajectories(with_golden, env.tools, tok, env.rollout_config(cfg.grpo.rollout),
-                                   seed=cfg.warm_start.seed, configurations=env.configuration_space)
+        gold = golden_trajectories(with_golden, env.tools, tok, cfg.grpo.rollout, seed=cfg.warm_start.seed,
+                                   configurations=env.configuration_space)
         sft_train(model, tok, gold, cfg.warm_start, progress=progress)
         wall["warm_start"] = time.perf_counter() - t0
     return model, tok

@@ -31,6 +31,7 @@ from pydantic import ConfigDict, Field
 from orchlib.chat import render_assistant
 from orchlib.configurations import episode_views
 from orchlib.engines.scripted import ScriptedEngine
+from orchlib.env import Environment
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.settings import Settings
 from orchlib.tasks import Task
@@ -134,7 +135,7 @@ def golden_trajectories(tasks: Sequence[Task], toolbox, tokenizer, config: Rollo
             engine = ScriptedEngine(tokenizer, script)
             cfg = config.model_copy(update={"max_turns": max(config.max_turns, len(script)),
                                             "max_new_tokens": max(config.max_new_tokens, 512)})
-            out += rollout([option], toolbox, engine, cfg, group_size=1,
+            out += rollout(Environment(name="golden", train=[option], tools=toolbox), engine, config=cfg,
                            configurations=None if view is None else (lambda _t, c=view.configuration: c))
     return out
 

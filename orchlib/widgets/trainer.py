@@ -28,10 +28,10 @@ class TrainerPanel(widgets.VBox):
     """Drive a `Trainer` from a notebook: Step, Run N and Pause; reward and tool-mix charts redrawn
     after every step; a browser over the last steps' trajectories; preference sliders.
 
-    Preference sliders set P for the *next* steps: the panel replaces `trainer.tasks` with copies of
-    the tasks it was given, each carrying the sliders' P (`task.model_copy(update={"preference": P})`),
-    since the trainer draws each step's tasks from `trainer.tasks`. A step already running keeps its
-    P. "Tasks' own P" puts the original tasks back. The same is `panel.set_preference(P or None)`.
+    Preference sliders set P for the *next* steps: the panel gives the trainer the environment it was
+    given with train tasks that each carry the sliders' P (`trainer.env = env.replace(train=[task with
+    P, ...])`), since the trainer draws each step's tasks from `trainer.env.train`. A step already
+    running keeps its P. "Tasks' own P" puts the original tasks back. The same is `panel.set_preference(P or None)`.
     With paired profiles (`VariantConfig.paired_profiles`) the trainer sets P itself, so the sliders are
     disabled.
 
@@ -49,7 +49,7 @@ class TrainerPanel(widgets.VBox):
         self.preference: Preference | None = None   # None: every task keeps its own P
         self.reward_figure = viz.reward_curves(trainer.history)
         self.mix_figure = viz.tool_mix_over_steps(trainer.history)
-        self._tasks = list(trainer.tasks)
+        self._env = trainer.env  # the world as given: its tasks' own P
         self._step_lock = threading.Lock()  # one trainer.step() at a time, whoever asks
         self._ui_lock = threading.RLock()   # the worker and the kernel thread both redraw
         self._pause = threading.Event()
@@ -150,10 +150,11 @@ class TrainerPanel(widgets.VBox):
         nudging one slider later does not bring back the rest of an abandoned P."""
         self.preference = P
         if P is None:
-            self.trainer.tasks = list(self._tasks)
+            self.trainer.env = self._env
             values = self._slider_start
         else:
-            self.trainer.tasks = [t.model_copy(update={"preference": P}) for t in self._tasks]
+            with_p = [t.model_copy(update={"preference": P}) for t in self._env.train]
+            self.trainer.env = self._env.replace(train=with_p)
             values = {k: P.tools.get(k[6:], 0.0) if k.startswith("tools/") else getattr(P, k) for k in self.sliders}
         self._syncing = True  # moving the sliders must not set a slider-made P in turn
         try:
@@ -259,8 +260,8 @@ class TrainerPanel(widgets.VBox):
 
     # ------------------------------------------------------------------ preference sliders
     def _make_sliders(self) -> dict[str, widgets.FloatSlider]:
-        first = next((t.preference for t in self._tasks if t.preference is not None), None) or Preference()
-        offered = sorted({n for t in self._tasks for n in (t.tools if t.tools is not None
+        first = next((t.preference for t in self._env.train if t.preference is not None), None) or Preference()
+        offered = sorted({n for t in self._env.train for n in (t.tools if t.tools is not None
                                                              else self.trainer.toolbox.names)})
         style = {"description_width": "70px"}
         lay = widgets.Layout(width="300px")

@@ -97,26 +97,17 @@ class UserPanel(widgets.VBox):
     the panel waits for you or the episode ends), `wait()` (until it ends).
     """
 
-    def __init__(self, env, *older, task: Task | None = None, config=None, seed: int | None = 0,
+    def __init__(self, env, engine, *, task: Task | None = None, config=None, seed: int | None = 0,
                  start: bool = True):
-        from orchlib.env import Environment, bind_older
+        from orchlib.env import Environment
         from orchlib.rollout import RolloutConfig
 
-        if isinstance(env, Environment):  # UserPanel(env, engine, task=..., config=...)
-            args = bind_older("UserPanel(env, ...)", ("engine", "config"), older, {"config": config}, {"config": None})
-            if "engine" not in args:
-                raise TypeError("UserPanel(env, engine, task=...): the engine that orchestrates is missing")
-            pool = list(env.test) or list(env.train)
-            self.task, self.toolbox, self.engine = task or pool[0], env.tools, args["engine"]
-            self.config = env.rollout_config(args["config"] or RolloutConfig(max_turns=8))
-        else:  # the older UserPanel(task, toolbox, engine, config)
-            args = bind_older("UserPanel(task, ...)", ("toolbox", "engine", "config"), older, {"config": config},
-                              {"config": None})
-            if "engine" not in args or task is not None:
-                raise TypeError("UserPanel takes an Environment and an engine, UserPanel(env, engine, task=...), "
-                                "or the older UserPanel(task, toolbox, engine)")
-            self.task, self.toolbox, self.engine = env, args["toolbox"], args["engine"]
-            self.config = args["config"] or RolloutConfig(max_turns=8)
+        if not isinstance(env, Environment):
+            raise TypeError(f"UserPanel(env, engine, task=...): env is an orchlib.Environment, not "
+                            f"{type(env).__name__}")
+        pool = list(env.test) or list(env.train)
+        self.task, self.toolbox, self.engine = task or pool[0], env.tools, engine
+        self.config = config or RolloutConfig(max_turns=8)
         self.seed = seed
         self.trajectory: Trajectory | None = None
         self.error: BaseException | None = None
@@ -236,13 +227,14 @@ class UserPanel(widgets.VBox):
 
     # ------------------------------------------------------------------ the episode
     def _run(self) -> None:
+        from orchlib.env import Environment
         from orchlib.rollout import rollout
 
         user = self.user
         task = self.task.model_copy(update={"user": lambda _task: user})
         try:
-            trajectory = rollout([task], _WatchedToolbox(self.toolbox, self._on_call), self.engine, self.config,
-                                 seed=self.seed)[0]
+            watched = Environment(name="user panel", train=[task], tools=_WatchedToolbox(self.toolbox, self._on_call))
+            trajectory = rollout(watched, self.engine, config=self.config, seed=self.seed)[0]
         except Exception as e:  # shown on the panel and kept, never swallowed
             with self._ui_lock:
                 self.error, self.error_traceback = e, traceback.format_exc()

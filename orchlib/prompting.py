@@ -1,0 +1,89 @@
+"""How a task becomes the orchestrator's prompt: the system turn (instructions, the tools, the user's
+preference P), then the task, rendered with the tokenizer's chat template, ready to generate.
+
+What is rendered is the run's `RolloutConfig` (`orchlib.rollout`): `system_prompt`, `tool_schema`
+(how the tools are listed), `show_preference`, `preference_style` and `preference_at` (whether, how and
+where P is shown). The rollout encodes `render_prompt`'s text once per task; the API policies, which
+take messages, get the same system text and user message (`preference_line`, `user_message`).
+This module sits below the loop: it reads a config object and knows no engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchlib.chat import IM_END, template_renders_tools, tools_block
+from orchlib.tasks import Preference, Task
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
+           "user_message", "assistant_prefix"]
+
+DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
+                         "Weigh accuracy, cost and latency as the user prefers.")
+
+
+def shown_preference(task: Task) -> Preference:
+    """The P the policy reads in its prompt. A task without one is shown the "default" profile, and its
+    rewards (training and evaluation alike) weigh that P, not the reward file's own default."""
+    return task.preference or Preference(name="default")
+
+
+def preference_line(task: Task, config: Any) -> str:
+    """P as the policy reads it: `shown_preference`'s line in `config.preference_style`."""
+    return shown_preference(task).render(weights=config.preference_style == "weights")
+
+
+def user_message(task: Task, config: Any) -> str:
+    """The user turn: the task, then P when `preference_at="user"`."""
+    if config.show_preference and config.preference_at == "user":
+        return task.prompt + "\n\n" + preference_line(task, config)
+    return task.prompt
+
+
+def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
+    """The first prompt: system turn (instructions, tools, the task's P) + the task, ready to generate
+    (`preference_at="user"`: P follows the task instead; `"assistant"`: P opens the orchestrator's turn,
+    a prefix it continues, as a prefilled reply is continued)."""
+    system = config.system_prompt
+    if config.show_preference and config.preference_at == "system":
+        system += "\n" + preference_line(task, config)
+    notes = ""
+    if config.tool_schema == "brief":
+        # listed as 'compact' lists them, the descriptions below the list, one line each: a policy that learned
+        # its calls from 'compact' lines copies a line whole, a description inside it too
+        notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
+                                                  for t in tools) if tools else ""
+        tools = [{k: v for k, v in t.items() if k != "description"} for t in tools]
+    if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
+        system, tools = system + tools_block(tools), []
+    system += notes
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
+    text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
+    if config.show_preference and config.preference_at == "system_end":
+        end = text.find(IM_END)
+        if end < 0:
+            raise ValueError(f'preference_at="system_end" needs a chat template whose system turn ends in {IM_END}')
+        text = text[:end] + "\n" + preference_line(task, config) + text[end:]
+    return text + assistant_prefix(task, config)
+
+
+def assistant_prefix(task: Task, config: Any) -> str:
+    """What the first prompt holds of the orchestrator's own turn: the P line when
+    `preference_at="assistant"`, else nothing."""
+    if config.show_preference and config.preference_at == "assistant":
+        return preference_line(task, config) + "\n"
+    return ""
+
+
+def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
+    """The tools a task offers, as listed to the policy (see RolloutConfig.tool_schema)."""
+    schemas = toolbox.schemas()
+    if task.tools is not None:
+        allowed = set(task.tools)
+        schemas = [s for s in schemas if s["function"]["name"] in allowed]
+    if style in ("compact", "brief"):
+        return [{"name": s["function"]["name"],
+                 "arguments": list(s["function"].get("parameters", {}).get("properties", {})),
+                 **({"description": s["function"].get("description", "")} if style == "brief" else {})}
+                for s in schemas]
+    return schemas
