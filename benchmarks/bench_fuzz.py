@@ -22,10 +22,12 @@ Readers, with the errors they document:
                 missing, NaN and huge integers in arguments, call markup and unclosed tags in text,
                 deep nesting, messages out of order)  ConversationError, one line naming the place
 - run-configs   load_config(FILE, RunConfig) on YAML run configs: a valid one mutated (wrong types, .inf,
-                .nan, 1e400, true/false for numbers, unknown fields, deep nesting, cuts), and `hooks:` /
-                `env:` entries naming odd or dangerous targets (subprocess:run, os:system). A case is
-                also undocumented if it ran code (its `touch` marker exists), or ended in a config
-                holding a non-finite number or a true/false where a number belongs    ConfigFileError
+                .nan, 1e400, true/false for numbers, unknown fields, deep nesting, cuts), `env:` entries
+                (a world by name with its options, task files, a factory, mixes of them, wrong types),
+                and `hooks:` / `env:` entries naming odd or dangerous targets (subprocess:run,
+                os:system). A case is also undocumented if it ran code (its `touch` marker exists), or
+                ended in a config holding a non-finite number or a true/false where a number belongs
+                                                                                   ConfigFileError
 
 The default test suite runs a few hundred cases of each (tests/test_hardening_fuzz.py); exits 1 if a
 reader raised anything undocumented or a case took over 5 s.
@@ -335,17 +337,38 @@ def section(keys: list[str], inner: Any = None) -> Any:
     return entries | run_values
 
 
+WORLDS = ["orchestra-mini", "orchestra-choice", "orchestra-read", "shop", "airline", "toy"]
+ENV_KEYS = ["name", "tasks", "test_tasks", "factory", "seed", "n_train", "n_test", "options", "cards", "reward",
+            "suite", "from", "with"]
+files = st.sampled_from(["my.jsonl", "cards/", "rewards/outcome.yaml", "", "\ud800", "../../etc/passwd"]) \
+    | st.text(max_size=10)
+options = st.dictionaries(st.sampled_from(["categories", "profiles", "golden", "toolcards", "hard", "seed", "x"]),
+                          run_values, max_size=2)
+# `env:` entries: a world by name (a shipped one or not, with options its maker takes or not), task files,
+# a factory (code: read as a string, never run), any mix of the three, and what is no entry at all
+env_entries = (
+    st.sampled_from(WORLDS + ["nope", "", "Shop"])
+    | st.fixed_dictionaries({"name": st.sampled_from(WORLDS + ["nope"]) | run_values}, optional={
+        "seed": numbers, "n_train": numbers, "n_test": numbers, "options": options | run_values,
+        "cards": files | st.lists(files, max_size=2) | run_values, "reward": files | run_values})
+    | st.fixed_dictionaries({"tasks": files | run_values}, optional={
+        "test_tasks": files | run_values, "cards": files | st.lists(files, max_size=2), "reward": files,
+        "n_train": numbers, "options": options})
+    | st.fixed_dictionaries({"factory": targets | run_values}, optional={"seed": numbers, "n_test": numbers,
+                                                                          "options": options})
+    | st.dictionaries(st.sampled_from(ENV_KEYS), run_values | targets | files, max_size=4)
+    | hook_entries)
 RUN_FIELDS = {
     "policy": st.sampled_from(["tiny", "small", "../../etc", ""]) | run_values,
-    "suite": st.sampled_from(["orchestra-mini", "orchestra-choice", "nope"]) | run_values,
-    "suite_seed": numbers, "suite_train": numbers, "suite_test": numbers, "steps": numbers, "save_every": numbers,
-    "tasks": st.text(max_size=10) | run_values, "cards": st.lists(st.text(max_size=6), max_size=2) | run_values,
-    "reward": st.text(max_size=10) | run_values, "out": st.text(max_size=10) | run_values,
+    "steps": numbers, "save_every": numbers, "out": st.text(max_size=10) | run_values,
     "warm_start": section(SFT_KEYS),
     "grpo": section(GRPO_KEYS, st.dictionaries(st.just("rollout"), section(ROLLOUT_KEYS), max_size=1)
                     | st.dictionaries(st.just("lora"), section(["r", "alpha", "dropout", "rank"]), max_size=1)),
     "evaluation": section(["samples", "baselines", "profiles", "x"]),
-    "hooks": hook_entries, "env": hook_entries, "bogus": run_values,
+    "hooks": hook_entries, "env": env_entries, "bogus": run_values,
+    # fields of older configs, which the `env:` entry holds now: unknown fields
+    "suite": st.sampled_from(["orchestra-mini", "nope"]) | run_values, "suite_seed": numbers,
+    "tasks": st.text(max_size=10) | run_values, "reward": st.text(max_size=10) | run_values,
 }
 RUN_EXTRAS = ["", "x: " + nested(70) + "\n", "grpo: " + "{a: " * 70 + "1" + "}" * 70 + "\n", "steps: 1\nsteps: 2\n",
               "hooks: !!python/object/apply:os.system [touch code-ran]\n", "&a steps: 1\n", "--- a\n--- b\n",
@@ -360,7 +383,15 @@ def run_config_text(fields: dict[str, Any], extra: str, cut: float | None) -> st
 # a valid config to mutate one field of: run code it must not (subprocess:run) with the right shape included
 GOOD_FIELDS = {
     "policy": st.just("tiny"), "steps": st.integers(0, 50), "save_every": st.integers(1, 20),
-    "suite_seed": st.integers(0, 9), "out": st.sampled_from(["runs/x", "out"]),
+    "env": st.sampled_from(WORLDS)
+    | st.fixed_dictionaries({"name": st.sampled_from(WORLDS)}, optional={
+        "seed": st.integers(0, 9), "reward": st.sampled_from(["rewards/outcome.yaml", "rewards/toolorchestra.yaml"])})
+    | st.fixed_dictionaries({"name": st.sampled_from(["orchestra-choice", "orchestra-read", "shop", "toy"]),
+                             "n_train": st.integers(1, 40)}, optional={"n_test": st.integers(0, 20)})
+    | st.fixed_dictionaries({"tasks": st.just("my.jsonl")}, optional={
+        "test_tasks": st.just("my_test.jsonl"), "cards": st.sampled_from(["cards/", ["cards/a.yaml"]])})
+    | st.just({"factory": "subprocess:run", "options": {"args": ["touch", MARKER_NAME]}}),
+    "out": st.sampled_from(["runs/x", "out"]),
     "warm_start": st.none() | st.fixed_dictionaries({}, optional={"epochs": st.integers(1, 5),
                                                                   "learning_rate": st.floats(1e-5, 1e-2)}),
     "grpo": st.fixed_dictionaries({}, optional={

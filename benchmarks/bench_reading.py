@@ -57,18 +57,18 @@ def main() -> int:
         for world, options in WORLDS:
             t0 = time.perf_counter()
             env = make_environment(world, seed=seed, n_train=args.train, n_test=4 * args.questions, **options)
+            # orchestra-read's prompts are read with the `brief` list (descriptions and prices); choice's, `compact`
             rollout = RolloutConfig(max_turns=1, max_new_tokens=40, tool_latency="declared",
                                     system_prompt="You are an orchestrator. Call one tool; its answer is final.",
-                                    **({} if env.prompt else {"tool_schema": "compact"}))
+                                    tool_schema="brief" if world == "orchestra-read" else "compact")
             cfg = RunConfig(policy="tiny", warm_start=SFTConfig(max_steps=args.steps, batch_size=16, seed=seed,
                                                                 shared_prompt=True),
                             grpo={"seed": seed, "rollout": rollout})
             torch.manual_seed(seed)
             model, tok = warm_started_policy(cfg, env, progress=False)
-            shown = env.rollout_config(rollout)
             gsm = [t for t in env.test if t.category == "gsm8k" and set(BACKENDS) <= set(t.tools or ())]
             firsts = list({t.id.split("@")[0]: t for t in gsm}.values())[:args.questions]
-            cos = configured_profile_cosine(model, tok, env, firsts, shown, BACKENDS)
+            cos = configured_profile_cosine(model, tok, env, firsts, rollout, BACKENDS)
             wf = float("nan")
             if env.test_configurations is not None:
                 from orchlib.engines.transformers import TransformersEngine

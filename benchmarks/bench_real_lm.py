@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_seed(config: str, seed: int, out: Path) -> dict:
     from orchlib.configfile import load_config
     from orchlib.engines.transformers import TransformersEngine
-    from orchlib.env import Environment
     from orchlib.experiments.probes import anchored_reward, reference_runs
     from orchlib.models import load_policy
     from orchlib.rollout import rollout
@@ -56,8 +55,7 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     train, test, toolbox, reward = list(world.train), list(world.test), world.tools, world.reward
     t0 = time.perf_counter()
     model, tok = load_policy(cfg.policy)
-    zero = rollout(Environment(train=test, tools=toolbox), TransformersEngine(model, tok, seed=seed),
-                   config=cfg.grpo.rollout, group_size=1, seed=seed)
+    zero = rollout(world, TransformersEngine(model, tok, seed=seed), config=cfg.grpo.rollout, tasks=test, seed=seed)
     before_sft = well_formed(zero)
     t_zero = time.perf_counter() - t0
     del model

@@ -42,6 +42,8 @@ def load(yaml: YAML, text: str) -> Any:
         raise YAMLInputError(0, " ".join(str(e).split())) from None
     except RecursionError:  # not expected after _check_shape; kept so no traceback can reach a user
         raise YAMLInputError(0, "nested too deeply to read") from None
+    except YAMLInputError:  # _check_shape's own refusal (nesting, alias expansion), with its line
+        raise
     except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:
         # ruamel's constructors of explicitly tagged scalars raise these bare (`!!float` with no value:
         # IndexError; `!!int abc`: ValueError; `!!bool maybe`: KeyError)

@@ -39,7 +39,7 @@ def test_info_runs_offline_in_a_subprocess(policy_cache):
     ("suite: orchestra-choice\n", "bad.yaml:1: suite: unknown field"),
     ("tasks: my.jsonl\n", "bad.yaml:1: tasks: unknown field"),
     ("env: nowhere\n", "bad.yaml:1: env.name: Value error, 'nowhere' is not one of ['airline', 'orchestra-choice', "
-                       "'orchestra-mini', 'shop', 'toy']"),
+                       "'orchestra-mini', 'orchestra-read', 'shop', 'toy']"),
     ("env: {name: airline, n_train: 4}\n", "bad.yaml:1: env: Value error, n_train: world 'airline' takes no such "
                                            "option (its options: none)"),
     ("env:\n  name: shop\n  options: {colour: red}\n", "bad.yaml:1: env: Value error, colour: world 'shop' takes no "

@@ -255,7 +255,7 @@ def test_run_training_takes_an_environment_in_place_of_the_world_its_file_names(
     want = make_environment("shop", seed=1, n_train=3, n_test=2)
     assert (shop.train, shop.test, shop.tools.names) == (want.train, want.test, want.tools.names)
     toy = Environment(train=toy_tasks(2), tools=toy_toolbox(), reward=Reward.from_string(OUTCOME))
-    with pytest.raises(ValueError, match=r"the environment replaces cfg.env; leave it unset"):
+    with pytest.raises(ValueError, match=r"the environment replaces \['env'\]; leave them unset"):
         run_training(cfg, env=toy)
     with pytest.raises(ValueError, match="has no reward"):
         run_training(RunConfig(out=str(tmp_path)), env=toy.replace(reward=None))

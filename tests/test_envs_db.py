@@ -42,7 +42,7 @@ def test_state_hash_is_canonical_over_models_dataclasses_and_json():
         state_hash({"x": float("nan")})  # NaN has no canonical JSON
 
 
-def test_make_env_hands_out_independent_copies():
+def test_make_state_hands_out_independent_copies():
     task = TASKS["airline-change"]
     a, b = AIRLINE.make_state(task), AIRLINE.make_state(task)
     a["users"]["mia_li"]["balance_cents"] = 0

@@ -10,7 +10,8 @@ import pytest
 from orchlib.configurations import episode_view
 from orchlib.envs import ENVIRONMENTS, make_environment
 from orchlib.envs.read import READ_BACKENDS, TEST_FACTOR, TRAIN_FACTOR, make_read_suite
-from orchlib.rollout import RolloutConfig, render_prompt, tool_schemas
+from orchlib.prompting import render_prompt, tool_schemas
+from orchlib.rollout import RolloutConfig
 from orchlib.train.sft import golden_trajectories
 
 
@@ -70,7 +71,7 @@ def test_test_space_holds_out_names_and_prices(env):
 
 def test_the_prompt_names_no_backend(env, tiny_policy):
     _, tok = tiny_policy
-    config = env.rollout_config(RolloutConfig())
+    config = RolloutConfig(tool_schema="brief")  # the tool list orchestra-read's prompts are meant for
     for task in env.train[:6] + env.test[:6]:
         view = episode_view(env.configuration(task, 0), task, env.tools)
         system = render_prompt(view.task, tool_schemas(view.toolbox, view.task, config.tool_schema), tok, config)
@@ -83,7 +84,7 @@ def test_the_prompt_names_no_backend(env, tiny_policy):
 def test_golden_trajectories_call_the_golden_backend_under_its_alias(env, tiny_policy):
     _, tok = tiny_policy
     tasks = env.train[:8]
-    gold = golden_trajectories(tasks, env.tools, tok, env.rollout_config(RolloutConfig(max_turns=1)),
+    gold = golden_trajectories(tasks, env.tools, tok, RolloutConfig(max_turns=1, tool_schema="brief"),
                                configurations=env.configuration_space)
     for task, g in zip(tasks, gold):
         drawn = env.configuration(task, 0)  # every entry of the space; the question keeps those it offers

@@ -172,7 +172,7 @@ def test_the_shipped_example_with_hooks_still_builds_them_when_asked():
     ("steps: 2\nsave_every: false\n", 2, "save_every", "Value error, expected a number, got false"),
     ("grpo: {group_size: true}\n", 1, "grpo.group_size", "Value error, expected a number, got true"),
     ("grpo: {learning_rate: true}\n", 1, "grpo.learning_rate", "Value error, expected a number, got true"),
-    ("suite_train: true\n", 1, "suite_train", "Value error, expected a number, got true"),
+    ("env: {name: orchestra-choice, n_train: true}\n", 1, "env.n_train", "Value error, expected a number, got true"),
     ("evaluation: {samples: true}\n", 1, "evaluation.samples", "Value error, expected a number, got true"),
     ("grpo: {lora: {r: true}}\n", 1, "grpo.lora.r", "Value error, expected a number, got true"),
 ])
@@ -187,7 +187,7 @@ def test_non_finite_and_boolean_numbers_are_one_line_naming_file_line_and_field(
 
 
 @pytest.mark.parametrize("text, line, problem", [
-    ("tasks: !!float\n", 1, "(IndexError: string index out of range)"),
+    ("env: !!float\n", 1, "(IndexError: string index out of range)"),
     ("steps: 2\ngrpo: {group_size: !!int abc}\n", 2, "(ValueError: invalid literal for int() with base 10: 'abc')"),
     ("steps: 2\nwarm_start:\n  shared_prompt: !!bool maybe\n", 3, "(KeyError: 'maybe')"),
 ])
@@ -232,6 +232,7 @@ def test_the_demo_and_variant_configs_refuse_infinities_and_booleans_too():
 # ------------------------------------------------------------------------------- a diverging step
 @pytest.fixture
 def toy_trainer(policy_cache):
+    from orchlib.env import Environment
     from orchlib.envs.toy import toy_tasks, toy_toolbox
     from orchlib.models import build_default_policy
     from orchlib.reward import Reward
@@ -241,8 +242,8 @@ def toy_trainer(policy_cache):
     cfg = GRPOConfig(seed=5, tasks_per_step=2, group_size=2, min_reward_spread=None,
                      rollout=RolloutConfig(max_turns=1, max_new_tokens=6, tool_schema="compact",
                                            tool_latency="declared"))
-    args = (toy_tasks(4), toy_toolbox(), Reward.from_string("name: a\nreward: outcome"))
-    return Trainer(build_default_policy("tiny", cache=policy_cache), *args, cfg), args
+    env = Environment(train=toy_tasks(4), tools=toy_toolbox(), reward=Reward.from_string("name: a\nreward: outcome"))
+    return Trainer(build_default_policy("tiny", cache=policy_cache), env, cfg), env
 
 
 def test_a_nan_loss_stops_the_step_before_the_weights_change_and_the_checkpoint_survives(toy_trainer, tmp_path):
@@ -251,7 +252,7 @@ def test_a_nan_loss_stops_the_step_before_the_weights_change_and_the_checkpoint_
     from orchlib.train.grpo import TrainingDiverged
     from orchlib.train.hooks import PaperLoss
 
-    trainer, args = toy_trainer
+    trainer, env = toy_trainer
     trainer.step()  # a real update: the checkpoint holds weights the NaN step must not touch
     ckpt = trainer.save(tmp_path / "ckpt")
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
@@ -273,7 +274,7 @@ def test_a_nan_loss_stops_the_step_before_the_weights_change_and_the_checkpoint_
     assert trainer.step_count == 1 and len(trainer.history) == 1
     assert all(p.grad is None for p in trainer.model.parameters())
     assert find_checkpoint(ckpt) == ckpt
-    back = Trainer.resume(ckpt, *args)
+    back = Trainer.resume(ckpt, env)
     assert back.step_count == 1
     assert all(torch.equal(before[k], v) for k, v in back.model.state_dict().items())
 
@@ -293,9 +294,7 @@ def test_train_that_diverges_prints_one_line_exits_1_and_keeps_the_last_checkpoi
     for card in toy_toolbox().cards:
         save_card(card, tmp_path / "cards" / f"{card.name}.yaml")
     config = write(tmp_path / "run.yaml", f"""\
-        cards: {tmp_path / 'cards'}
-        reward: rewards/outcome.yaml
-        tasks: {tmp_path / 'tasks.jsonl'}
+        env: {{tasks: {tmp_path / 'tasks.jsonl'}, cards: {tmp_path / 'cards'}, reward: rewards/outcome.yaml}}
         steps: 3
         save_every: 1
         warm_start: null

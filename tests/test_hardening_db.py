@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO
 
 from orchlib.chat import render_call
+from orchlib.env import Environment
 from orchlib.envs.db import (Database, DBDomain, messages_to_user, mentions_number, said_to_user, state_hash,
                              tau_bench_mentions)
 from orchlib.models import build_tokenizer
@@ -66,7 +67,7 @@ def bump_then_fail(env: dict) -> str:
 
 
 DOMAIN = DBDomain("counter", lambda task: {"n": 0}, [spin, read, bump, bump_then_fail], timeout_s=0.5)
-TASK = Task(id="t", prompt="Count.", env=DOMAIN.make_env, checker=DOMAIN.check)
+TASK = Task(id="t", prompt="Count.", state=DOMAIN.make_state, checker=DOMAIN.check)
 
 
 @pytest.fixture(autouse=True)
@@ -81,13 +82,13 @@ def _stop_spinning():
 
 
 def _call(name: str, env, timeout_s: float = 5.0, **arguments):
-    [obs] = DOMAIN.toolbox.call_many_sync([ToolCall(name=name, arguments=arguments)], ToolContext(env=env),
+    [obs] = DOMAIN.toolbox.call_many_sync([ToolCall(name=name, arguments=arguments)], ToolContext(state=env),
                                           timeout_s=timeout_s)
     return obs
 
 
 def test_a_call_that_never_returns_times_out_and_leaves_the_state_as_it_was():
-    env = DOMAIN.make_env(TASK)
+    env = DOMAIN.make_state(TASK)
     before = state_hash(env)
     t0 = time.perf_counter()
     obs = _call("spin", env, timeout_s=0.3)
@@ -100,7 +101,7 @@ def test_a_call_that_never_returns_times_out_and_leaves_the_state_as_it_was():
 
 
 def test_runaway_calls_do_not_hold_up_a_later_call():
-    env = DOMAIN.make_env(TASK)
+    env = DOMAIN.make_state(TASK)
     t0 = time.perf_counter()
     for _ in range(40):
         assert _call("spin", env, timeout_s=0.05).error_kind == "timeout"
@@ -114,7 +115,7 @@ def test_past_the_limit_of_runaway_calls_a_call_fails_at_once_saying_why(monkeyp
     pool = function_tools.workers()
     assert pool.runaway == 0  # the other tests' runaway calls have stopped
     monkeypatch.setattr(pool, "max_runaway", 2)
-    env = DOMAIN.make_env(TASK)
+    env = DOMAIN.make_state(TASK)
     for _ in range(2):
         assert _call("spin", env, timeout_s=0.05).error_kind == "timeout"
     t0 = time.perf_counter()
@@ -130,7 +131,7 @@ def test_past_the_limit_of_runaway_calls_a_call_fails_at_once_saying_why(monkeyp
 
 
 def test_a_call_that_writes_then_fails_leaves_nothing_behind():
-    env = DOMAIN.make_env(TASK)
+    env = DOMAIN.make_state(TASK)
     obs = _call("bump_then_fail", env)
     assert obs.error_kind == "tool_failure" and obs.error == "bump_then_fail failed: RuntimeError: disk full"
     assert env == {"n": 0}
@@ -141,9 +142,9 @@ def test_a_call_that_writes_then_fails_leaves_nothing_behind():
 def test_writes_run_at_once_each_keep_their_change():
     # call_many runs a turn's calls concurrently (the rollout's stateful_calls="concurrent"): each write
     # copies the state, so without one writer at a time the second commit would undo the first
-    env = DOMAIN.make_env(TASK)
+    env = DOMAIN.make_state(TASK)
     calls = [ToolCall(name="bump", arguments={"by": by}) for by in (2, 3, 4)]
-    obs = DOMAIN.toolbox.call_many_sync(calls, ToolContext(env=env))
+    obs = DOMAIN.toolbox.call_many_sync(calls, ToolContext(state=env))
     assert [o.error for o in obs] == [None] * 3 and env == {"n": 9}
     assert sorted(int(o.content) for o in obs) == [2, 5, 9]
 
@@ -181,10 +182,10 @@ def add(env, by: int) -> str:
 @pytest.mark.parametrize("kind", [Counter, DataCounter, SlotCounter])
 def test_typed_states_are_kept_on_success_and_untouched_on_failure(kind):
     domain = DBDomain("typed", lambda task: kind(), [add])
-    env = domain.make_env(TASK)
-    [bad] = domain.toolbox.call_many_sync([ToolCall(name="add", arguments={"by": -1})], ToolContext(env=env))
+    env = domain.make_state(TASK)
+    [bad] = domain.toolbox.call_many_sync([ToolCall(name="add", arguments={"by": -1})], ToolContext(state=env))
     assert bad.error_kind == "tool_failure" and (env.n, env.log) == (0, [])
-    [good] = domain.toolbox.call_many_sync([ToolCall(name="add", arguments={"by": 3})], ToolContext(env=env))
+    [good] = domain.toolbox.call_many_sync([ToolCall(name="add", arguments={"by": 3})], ToolContext(state=env))
     assert good.content == "3" and (env.n, env.log) == (3, ["+3"]) and isinstance(env, kind)
     assert state_hash(env) == state_hash({"n": 3, "log": ["+3"]})
 
@@ -192,8 +193,8 @@ def test_typed_states_are_kept_on_success_and_untouched_on_failure(kind):
 def test_declared_read_only_tools_read_the_episodes_state_itself():
     domain = DBDomain("declared", lambda task: {"n": 0}, [read, bump], write_tools={"bump"})
     assert [domain.toolbox[n].writes for n in ("bump", "read")] == [True, False]
-    env = domain.make_env(TASK)
-    [obs] = domain.toolbox.call_many_sync([ToolCall(name="bump", arguments={"by": 4})], ToolContext(env=env))
+    env = domain.make_state(TASK)
+    [obs] = domain.toolbox.call_many_sync([ToolCall(name="bump", arguments={"by": 4})], ToolContext(state=env))
     assert obs.content == "4" and env == {"n": 4}
 
 
@@ -223,7 +224,7 @@ def spin(env: dict) -> str:
 
 domain = DBDomain("d", lambda task: {{"n": 0}}, [spin])
 env = {{"n": 0}}
-[obs] = domain.toolbox.call_many_sync([ToolCall(name="spin")], ToolContext(env=env), timeout_s=0.2)
+[obs] = domain.toolbox.call_many_sync([ToolCall(name="spin")], ToolContext(state=env), timeout_s=0.2)
 print(obs.error_kind, env)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -246,10 +247,11 @@ def test_a_schema_and_callable_tool_can_end_the_episode():
     domain = DBDomain("desk", lambda task: {"n": 0}, [(TRANSFER, transfer), read], state="data",
                       final_tools={"transfer_to_human_agents"})
     assert domain.toolbox["transfer_to_human_agents"].card.final and not domain.toolbox["read"].card.final
-    task = Task(id="desk", prompt="I want a human.", env=domain.make_env, checker=domain.check)
+    task = Task(id="desk", prompt="I want a human.", state=domain.make_state, checker=domain.check)
     hand_over = render_call(ToolCall(name="transfer_to_human_agents", arguments={"summary": "wants a human"}))
     engine = ScriptedEngine(tok, {"desk": [hand_over, "never written"]}, tasks=[task])
-    [traj] = rollout([task], domain.toolbox, engine, RolloutConfig(max_turns=4, max_new_tokens=64))
+    [traj] = rollout(Environment(train=[task], tools=domain.toolbox), engine,
+                     config=RolloutConfig(max_turns=4, max_new_tokens=64))
     assert traj.finish_reason == "final_tool" and traj.final_answer == "Transfer successful"
     assert len(traj.turns) == 1 and traj.outcome == 1.0  # no writes, nothing required: the golden state
     # without final_tools the same call is an ordinary one, and the episode goes on

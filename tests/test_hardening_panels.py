@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 from orchlib import viz
 from orchlib.chat import render_call
+from orchlib.env import Environment
 from orchlib.envs.airline import airline_tasks, environment
 from orchlib.ledger import ledger
 from orchlib.models import build_tokenizer
@@ -114,7 +115,7 @@ class _FakeTrainer:
 
     def __init__(self):
         self.history: list[dict] = []
-        self.tasks = [Task(id="t", prompt=IMG, tools=[IMG, BOLD], preference=Preference(name=IMG))]
+        self.env = Environment(train=[Task(id="t", prompt=IMG, tools=[IMG, BOLD], preference=Preference(name=IMG))])
         self.hooks = SimpleNamespace(sampler=None)
         self.toolbox = SimpleNamespace(names=[IMG, BOLD])
         self.step_count = 0

@@ -13,6 +13,7 @@ import pytest
 from orchlib.baselines import make_baselines, route_stats, try_routes
 from orchlib.cards import Price, load_card
 from orchlib.engines.scripted import ScriptedEngine
+from orchlib.env import Environment
 from orchlib.evaluate import EVAL_ROLLOUT, Undefined, UndefinedMetricError, apgr, evaluate, pgr
 from orchlib.models import build_tokenizer
 from orchlib.openai_messages import (ConversationError, from_openai_messages, read_openai_jsonl, replayed_user,
@@ -124,7 +125,8 @@ def test_several_trials_per_task_each_replay_as_their_own_episode_with_their_own
                   user=replayed_user(t)) for t in recorded]
     box = Toolbox.from_cards([load_card(shipped_path("toolcards/calculator.yaml"))])
     engine = ScriptedEngine.from_trajectories(TOK, recorded)
-    replayed = rollout(tasks, box, engine, RolloutConfig(max_turns=4, max_new_tokens=64))
+    replayed = rollout(Environment(train=tasks, tools=box), engine,
+                       config=RolloutConfig(max_turns=4, max_new_tokens=64))
     assert [t.final_answer for t in replayed] == ["6", "3", "6", "2"]
     assert [[turn.user.text for turn in t.turns if turn.user] for t in replayed] == [
         ["add", "Thanks"], ["subtract", "Thanks"], ["add them", "Thanks"], ["minus", "Thanks"]]
@@ -203,7 +205,7 @@ def test_evaluate_names_the_tasks_cut_by_the_token_budget():
     box, tasks, config = _cut_world()
     with pytest.warns(UserWarning, match=r"2 of 2 episodes ended on the token budget before any tool call "
                                          r"\(scored 0 at \$0; tasks: t0, t1\)"):
-        evaluate(ScriptedEngine(TOK, ["0"]), tasks, box, config=config)
+        evaluate(ScriptedEngine(TOK, ["0"]), Environment(test=tasks, tools=box), config=config)
 
 
 def test_uncut_routes_warn_nothing():

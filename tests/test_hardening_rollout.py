@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from orchlib.chat import TOOL_CALL, TOOL_CALL_END, ToolCallParseError, parse_tool_calls, render_call
+from orchlib.env import Environment
 from orchlib.envs.db import DBDomain
 from orchlib.models import build_tokenizer
 from orchlib.rollout import RolloutConfig, rollout
@@ -46,11 +47,11 @@ def test_a_non_finite_number_is_not_json_and_the_parser_says_so(word):
 
 @pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
 def test_a_call_with_non_finite_arguments_is_an_error_observation_and_the_rollout_goes_on(word):
-    tasks = [Task(id=f"t{i}", prompt=f"Pay for order {i}.", env=PAYING.make_env, checker=PAYING.check)
+    tasks = [Task(id=f"t{i}", prompt=f"Pay for order {i}.", state=PAYING.make_state, checker=PAYING.check)
              for i in (1, 2)]
     engine = ScriptedEngine(TOK, {"t1": [_call(word), "Sorry, I could not pay."],
                                   "t2": [_call("7"), "Paid 7."]}, tasks=tasks)
-    trajs, envs = rollout(tasks, PAYING.toolbox, engine, CONFIG, return_envs=True)
+    trajs, envs = rollout(Environment(train=tasks, tools=PAYING.toolbox), engine, config=CONFIG, return_states=True)
     assert [t.task_id for t in trajs] == ["t1", "t2"]
     first, second = trajs
     [obs] = first.turns[0].observations
@@ -85,7 +86,7 @@ def echo(x: str) -> str:
     return x
 
 
-def judge_down(answer, task, env=None):
+def judge_down(answer, task, state=None):
     raise RuntimeError("judge unreachable")
 
 
@@ -95,7 +96,7 @@ def test_a_checker_that_raises_is_that_episodes_error_and_the_others_are_scored(
              Task(id="exact", prompt="Say 4.", answer="4", checker="exact")]
     engine = ScriptedEngine(TOK, {"judged": [render_call(ToolCall(name="echo", arguments={"x": "3"})), "3"],
                                   "exact": ["4"]}, tasks=tasks)
-    judged, exact = rollout(tasks, box, engine, CONFIG)
+    judged, exact = rollout(Environment(train=tasks, tools=box), engine, config=CONFIG)
     assert judged.final_answer == "3" and judged.finish_reason == "answer"
     assert judged.errors == {"checker_failure": 1} and judged.num_errors == 1
     assert judged.meta["checker_error"] == "RuntimeError: judge unreachable"
@@ -104,7 +105,7 @@ def test_a_checker_that_raises_is_that_episodes_error_and_the_others_are_scored(
     # the error is kept with the others, and counted after the tool errors of the same episode
     tasks[0] = tasks[0].model_copy(update={"id": "judged-2"})
     engine = ScriptedEngine(TOK, {"judged-2": [render_call(ToolCall(name="nope")), "3"]}, tasks=tasks[:1])
-    [again] = rollout(tasks[:1], box, engine, CONFIG)
+    [again] = rollout(Environment(train=tasks[:1], tools=box), engine, config=CONFIG)
     assert again.errors == {"checker_failure": 1, "unknown_tool": 1}
 
 
@@ -116,7 +117,7 @@ def whose(env: dict) -> str:
 
 def _whose_tasks(prompt: str = "Hello, I need help.") -> tuple[list[Task], Toolbox]:
     domain = DBDomain("who", lambda task: {"who": task.id}, [whose])
-    return [Task(id=i, prompt=prompt, env=domain.make_env, checker="contains", answer="x") for i in ("a", "b")], \
+    return [Task(id=i, prompt=prompt, state=domain.make_state, checker="contains", answer="x") for i in ("a", "b")], \
         domain.toolbox
 
 
@@ -129,7 +130,7 @@ def test_episodes_that_share_a_conversation_so_far_each_replay_their_own_script(
     same = render_call(ToolCall(name="echo", arguments={"x": "hi"}))
     tasks = [Task(id=i, prompt="Hello, I need help.", answer=i, checker="exact") for i in ("alpha", "beta")]
     engine = ScriptedEngine(TOK, {"alpha": [same, "alpha"], "beta": [same, "beta"]}, tasks=tasks)
-    trajs = rollout(tasks, box, engine, CONFIG)
+    trajs = rollout(Environment(train=tasks, tools=box), engine, config=CONFIG)
     assert [t.final_answer for t in trajs] == ["alpha", "beta"]
     assert [t.outcome for t in trajs] == [1.0, 1.0]
 
@@ -139,7 +140,7 @@ def test_an_episode_that_ends_early_does_not_hand_its_script_to_the_other():
     # answers while b goes on for two more turns
     tasks, box = _whose_tasks()
     engine = ScriptedEngine(TOK, {"a": [ASK, "a"], "b": [ASK, ASK, "b"]}, tasks=tasks)
-    a, b = rollout(tasks, box, engine, CONFIG)
+    a, b = rollout(Environment(train=tasks, tools=box), engine, config=CONFIG)
     assert [t.text for t in a.turns] == [ASK, "a"] and a.final_answer == "a"
     assert [t.text for t in b.turns] == [ASK, ASK, "b"] and b.final_answer == "b"
     assert [o.content for t in b.turns for o in t.observations] == ["b", "b"]
@@ -148,18 +149,19 @@ def test_an_episode_that_ends_early_does_not_hand_its_script_to_the_other():
 def test_episodes_of_one_task_each_replay_their_own_script():
     tasks, box = _whose_tasks()
     engine = ScriptedEngine(TOK, {"a": [[ASK, "first"], [ASK, "second"]]}, tasks=tasks[:1])
-    trajs = rollout(tasks[:1], box, engine, CONFIG, group_size=2)
+    trajs = rollout(Environment(train=tasks[:1], tools=box), engine, config=CONFIG, group_size=2)
     assert [(t.group_index, t.final_answer) for t in trajs] == [(0, "first"), (1, "second")]
     # and again: a second rollout on the same engine starts its episodes over
-    trajs = rollout(tasks[:1], box, engine, CONFIG, group_size=2)
+    trajs = rollout(Environment(train=tasks[:1], tools=box), engine, config=CONFIG, group_size=2)
     assert [(t.group_index, t.final_answer) for t in trajs] == [(0, "first"), (1, "second")]
 
 
 def test_recorded_trajectories_replay_by_task_and_episode():
     tasks, box = _whose_tasks()
     scripts = {"a": [ASK, "a"], "b": [ASK, ASK, "b"]}
-    first = rollout(tasks, box, ScriptedEngine(TOK, scripts, tasks=tasks), CONFIG)
-    again = rollout(tasks, box, ScriptedEngine.from_trajectories(TOK, first), CONFIG)
+    env = Environment(train=tasks, tools=box)
+    first = rollout(env, ScriptedEngine(TOK, scripts, tasks=tasks), config=CONFIG)
+    again = rollout(env, ScriptedEngine.from_trajectories(TOK, first), config=CONFIG)
     assert [[t.text for t in tr.turns] for tr in again] == [[ASK, "a"], [ASK, ASK, "b"]]
 
 
@@ -169,5 +171,5 @@ def test_a_function_script_reads_its_own_conversation():
     def script(text: str, turn: int) -> str:  # answers with what the tool told it, after one call
         return ASK if turn == 0 else text.rsplit("<tool_response>\n", 1)[1].split("\n", 1)[0]
 
-    trajs = rollout(tasks, box, ScriptedEngine(TOK, script), CONFIG)
+    trajs = rollout(Environment(train=tasks, tools=box), ScriptedEngine(TOK, script), config=CONFIG)
     assert [t.final_answer for t in trajs] == ["a", "b"]

@@ -89,7 +89,8 @@ def test_a_first_listed_policy_on_held_out_configurations(tiny_policy):
     _, tok = tiny_policy
     env = make_environment("orchestra-read", seed=3, n_train=4, n_test=24)
     gsm = [t for t in env.test if t.category == "gsm8k"]
-    trajs = rollout(env, ScriptedEngine(tok, first_listed), tasks=gsm, config=RolloutConfig(max_turns=1))
+    trajs = rollout(env, ScriptedEngine(tok, first_listed), tasks=gsm,
+                    config=RolloutConfig(max_turns=1, tool_schema="brief"))  # the list orchestra-read is read with
     got = heldout_summary(trajs)
     # independently: the first offered backend of each task's drawn configuration (episode 0, the test space)
     space = env.test_configurations

@@ -19,9 +19,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from orchlib.env import Environment
+from orchlib.settings import Settings
 
 __all__ = ["EnvConfig", "EnvConfigError", "TrustCodeError"]
 
@@ -36,11 +37,10 @@ class TrustCodeError(EnvConfigError):
     """A config names code to run (`env.factory`) and the run was not told to trust it."""
 
 
-class EnvConfig(BaseModel):
+class EnvConfig(Settings):
     """The run's world: a shipped one by `name`, task files of one's own (`tasks`), or a `factory` of one's
     own — exactly one of the three. A bare string is a name, or a factory when it holds a ':'."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     name: str | None = Field(None, description="a world of orchlib.envs.ENVIRONMENTS (orchestra-mini, "
                                                "orchestra-choice, orchestra-read, shop, airline, toy); "
                                                "orchestra-mini when neither `tasks` nor `factory` is given")

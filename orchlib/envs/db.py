@@ -346,12 +346,12 @@ class _DomainTool(FunctionTool):
         self.writes = writes
 
     async def _run(self, arguments: dict[str, Any], context: ToolContext) -> Observation:
-        live = context.env
+        live = context.state
         if not (self.writes and self.stateful) or isinstance(live, (str, bytes, int, float, tuple, type(None))):
             return await super()._run(arguments, context)  # nothing it could change in place
         async with _one_writer(live):  # two writes copying the same state: one's commit would undo the other's
             private = copying.deepcopy(live)
-            obs = await super()._run(arguments, dataclasses.replace(_bare(context), env=private))
+            obs = await super()._run(arguments, dataclasses.replace(_bare(context), state=private))
             if obs.error is None:
                 _commit(live, private)
         return obs
@@ -380,11 +380,11 @@ async def _one_writer(state: Any) -> AsyncIterator[None]:
 def _bare(context: ToolContext) -> ToolContext:
     """A plain ToolContext with `context`'s fields (the rollout's builds its messages lazily)."""
     return ToolContext(task_id=context.task_id, prompt=context.prompt, category=context.category,
-                       answer=context.answer, env=context.env, seed=context.seed)
+                       answer=context.answer, state=context.state, seed=context.seed)
 
 
 def _commit(live: Any, new: Any) -> None:
-    """`live` takes `new`'s contents in place (the episode, its checker and `return_envs` hold `live`)."""
+    """`live` takes `new`'s contents in place (the episode, its checker and `return_states` hold `live`)."""
     if isinstance(live, dict):
         live.clear()
         live.update(new)

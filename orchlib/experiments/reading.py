@@ -23,7 +23,8 @@ def configured_profile_cosine(model, tokenizer, env, tasks: Sequence[Task], conf
                               episode: int = 0) -> list[float]:
     """Per task of `tasks` that offers both `backends` in its `episode`'s configuration (`env.configuration`;
     an environment without one: the task as it is): `profile_gradient_cosine` of the two backends' aliases
-    under `profiles`. `config`: the RolloutConfig the prompt renders with (`env.rollout_config(...)`)."""
+    under `profiles`. `config`: the RolloutConfig the prompt renders with
+    (orchestra-read's: `tool_schema="brief"`)."""
     out: list[float] = []
     for task in tasks:
         c = env.configuration(task, episode)

@@ -111,6 +111,8 @@ class _Workers:
                 if job.given_up:  # its place went to another thread
                     self.runaway -= 1
                     return
+            # let go of this call (its arguments hold an episode's state) before waiting for the next one
+            job = result = None
 
 
 _workers: _Workers | None = None
