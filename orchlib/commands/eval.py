@@ -44,14 +44,15 @@ class EvalFileConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     policies: list[PolicySpec] = Field(min_length=1, description="rows of the table, in order")
     env: str | None = Field(None, description="a shipped environment by name (`orchlib.envs.ENVIRONMENTS`): its "
-                                              "test tasks, tools and prompt settings; `tasks`/`cards` are then unused")
+                                              "test tasks and tools; `tasks`/`cards` are then unused")
     tasks: str | None = Field(None, description="tasks JSONL; default the orchestra-mini test split")
     suite_seed: int = Field(0, description="which draw of the default suite, when `tasks` is not given")
     cards: str = Field("toolcards", description="folder of tool cards (default: the shipped ones)")
     reward: str = Field("rewards/toolorchestra.yaml", description="reward file scoring every policy alike")
     baselines: bool = Field(False, description="also the four fixed-routing baselines")
     tool_schema: Literal["full", "compact", "brief"] | None = Field(
-        None, description="how tools are listed to local policies (None: the environment's choice, else 'full')")
+        None, description="how tools are listed to local policies (None: 'full'; orchestra-read is "
+                    "meant to be read with 'brief')")
     judge: JudgeConfig | None = Field(None, description="grades the tasks whose checker is 'judge'")
     out: str = Field("out/eval", description="folder for the table, metrics and trajectories")
     configurations: ConfigurationSpace | None = Field(None, description="per-episode tool configurations "
