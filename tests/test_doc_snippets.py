@@ -39,9 +39,10 @@ BEFORE = {
     # "a group" and "a task" of the page's prose: one task's 4 rollouts of the tiny policy
     ("rewards.md", "r(group, P=task.preference)"):
         "from orchlib import Reward as _R, TransformersEngine as _E, build_default_policy as _b, make_suite as _s\n"
-        "from orchlib import rollout as _roll\n"
-        "_env = _s(seed=0).environment(_R('outcome'), tool_schema='compact')\n"
-        "group, task = _roll(_env, _E(*_b('tiny')), group_size=4, tasks=_env.test[:1]), _env.test[0]",
+        "from orchlib import RolloutConfig as _C, rollout as _roll\n"
+        "_env = _s(seed=0).environment(_R('outcome'))\n"
+        "group, task = (_roll(_env, _E(*_b('tiny')), config=_C(tool_schema='compact'), group_size=4,\n"
+        "                     tasks=_env.test[:1]), _env.test[0])",
     # the task file the prose names (what tasks.md's `suite.save("tasks")` writes)
     ("describe.md", '"tasks/train.jsonl"'): "from orchlib import make_suite as _s\n_s(0).save('tasks')",
     # "the quickstart's checkpoint": a saved tiny policy stands in for it
