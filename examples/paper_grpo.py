@@ -10,8 +10,9 @@ leave out groups whose rewards are all equal -> one optimiser step on the clippe
 the starting policy, over the tokens the policy sampled (never the prompt's, the tools' or the user's).
 
 The pieces: `orchlib.Environment` (tasks, tools, reward), `orchlib.rollout` (the orchestration loop:
-token ids in, token ids out, with their log-probs and a loss mask), `orchlib.prompting.shown_preference`
-(the P a task's prompt shows, which its reward weighs), and the pure functions of
+token ids in, token ids out, with their log-probs and a loss mask), `orchlib.configurations.reward_preference`
+(the P a group's prompt showed: the task's, or its episode's tool configuration's, which its reward
+weighs), and the pure functions of
 `orchlib/train/loss.py`. The settings are a `GRPOConfig`, whose fields say where each default comes from.
 
 This is `orchlib.Trainer`'s paper path (its default `Hooks()`) with the engineering left out: one process,
@@ -31,12 +32,11 @@ import numpy as np
 import torch
 
 from orchlib import Environment, make_environment, rollout
+from orchlib.configurations import reward_preference
 from orchlib.engines import TransformersEngine
 from orchlib.models import build_default_policy, load_policy
-from orchlib.prompting import shown_preference
 from orchlib.rollout import RolloutConfig
-from orchlib.train import GRPOConfig, SFTConfig, golden_trajectories, sft_train
-from orchlib.train.grpo import lr_factor
+from orchlib.train import GRPOConfig, SFTConfig, golden_trajectories, lr_factor, sft_train
 from orchlib.train.logprobs import sampled_logprobs
 from orchlib.train.loss import group_advantages, grpo_loss, keep_groups
 
@@ -64,12 +64,14 @@ def train(model, tokenizer, env: Environment, cfg: GRPOConfig, steps: int, log=p
     for step in range(1, steps + 1):
         # ---- 1. draw tasks, and roll out G episodes of each: trajectories task-major (task 0's G first)
         tasks = draw.sample(list(env.train), min(cfg.tasks_per_step, len(env.train)))
-        trajectories = rollout(env, engine, config=cfg.rollout, group_size=G, tasks=tasks)
+        # (a world with tool configurations draws this step's for each task: `episode` is the step, 0-based)
+        trajectories = rollout(env, engine, config=cfg.rollout, group_size=G, tasks=tasks, episode=step - 1)
         engine.clear_prefix_cache()  # keys/values of the weights that are about to change
         groups = [trajectories[i * G:(i + 1) * G] for i in range(len(tasks))]
 
         # ---- 2. rewards, each group under the P its task's prompt showed: [n_tasks, G]
-        rewards = np.array([env.reward(g, P=shown_preference(t)) for g, t in zip(groups, tasks)], dtype=np.float64)
+        rewards = np.array([env.reward(g, P=reward_preference(t, g)) for g, t in zip(groups, tasks)],
+                           dtype=np.float64)
         r = torch.tensor(rewards.reshape(len(tasks), G), dtype=torch.float32)
 
         # ---- 3. advantages within each group; a group whose rewards are all equal teaches nothing

@@ -667,7 +667,7 @@ def backend_counts(calls: Mapping[str, int], configuration: Configuration | None
 
 def reward_preference(task: Task, group: Sequence[Any] = ()) -> Preference:
     """The P a group's reward weighs: its configuration's (recorded on its trajectories) where one was
-    drawn, else the task's shown P (`orchlib.rollout.shown_preference`)."""
+    drawn, else the task's shown P (`orchlib.prompting.shown_preference`)."""
     for t in group:
         c = getattr(t, "configuration", None)
         if c is not None and c.preference is not None:

@@ -24,7 +24,7 @@ from orchlib.envs.toy import toy_tasks, toy_toolbox
 from orchlib.reward import Reward
 from orchlib.rollout import RolloutConfig
 from orchlib.train import GRPOConfig, Hooks, Trainer
-from orchlib.train.grpo import make_engine
+from orchlib.train.setup import make_engine
 from orchlib.train.hooks import PaperLoss, needs_full_logprobs
 from orchlib.train.logprobs import sampled_logprobs
 from orchlib.trajectory import ToolCall

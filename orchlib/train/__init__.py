@@ -2,7 +2,8 @@
 points (`Hooks`, where `orchlib.experiments` plugs in), atomic checkpoints."""
 
 from orchlib.train.config import GRPOConfig, LoraSettings
-from orchlib.train.grpo import StepReport, Trainer, lr_factor
+from orchlib.train.grpo import StepReport, Trainer
+from orchlib.train.setup import lr_factor
 from orchlib.train.hooks import Hooks
 from orchlib.train.sft import SFTConfig, SFTExample, SFTReport, golden_trajectories, sft_train
 
