@@ -15,7 +15,12 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "UntrustedCodeError"]
+
+
+class UntrustedCodeError(ValueError):
+    """A config names code to run (`hooks:`, `env: {factory: ...}`) and the user did not opt in to running
+    it (`orchlib train --trust-code`, `run_training(..., trust_code=True)`); one line naming the field."""
 
 
 class Settings(BaseModel):

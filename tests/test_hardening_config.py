@@ -114,7 +114,7 @@ def test_a_hooks_entry_of_the_wrong_shape_is_one_line_naming_the_field(tmp_path,
 
 def test_train_without_trust_code_refuses_hooks_in_one_line_and_runs_nothing(tmp_path, capsys, monkeypatch,
                                                                               hook_module):
-    from orchlib.train.plugin import UntrustedCodeError
+    from orchlib.settings import UntrustedCodeError
     from orchlib.train.run import RunConfig, run_training
 
     name, imported, called = hook_module

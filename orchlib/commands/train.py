@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from orchlib.tasks import TaskFileError
     from orchlib.train.checkpoint import CheckpointError, CheckpointSaveError
     from orchlib.train.grpo import TrainingDiverged
-    from orchlib.train.plugin import HooksError, UntrustedCodeError, require_trust
+    from orchlib.settings import UntrustedCodeError
+    from orchlib.train.plugin import HooksError, require_trust
     from orchlib.train.run import RunConfig, run_training
 
     try:

@@ -22,19 +22,15 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from orchlib.env import Environment
-from orchlib.settings import Settings
+from orchlib.settings import Settings, UntrustedCodeError
 
-__all__ = ["EnvConfig", "EnvConfigError", "TrustCodeError"]
+__all__ = ["EnvConfig", "EnvConfigError"]
 
 DEFAULT_REWARD = "rewards/toolorchestra.yaml"
 
 
 class EnvConfigError(ValueError):
     """The world an `env:` entry names cannot be made (one line, naming the field)."""
-
-
-class TrustCodeError(EnvConfigError):
-    """A config names code to run (`env.factory`) and the run was not told to trust it."""
 
 
 class EnvConfig(Settings):
@@ -124,7 +120,7 @@ class EnvConfig(Settings):
 
     def environment(self, trust_code: bool = False) -> Environment:
         """The Environment this entry names, its reward loaded. A factory is imported and called only with
-        `trust_code` (TrustCodeError otherwise)."""
+        `trust_code` (UntrustedCodeError otherwise)."""
         from orchlib.reward import Reward
 
         reward = Reward.load(self.reward)
@@ -147,8 +143,8 @@ class EnvConfig(Settings):
 
     def _call_factory(self, trust_code: bool, reward) -> Environment:
         if not trust_code:
-            raise TrustCodeError(f"env.factory: {self.factory!r} is code of one's own; run it only if you trust it, "
-                                 f"with `orchlib train --trust-code` (run_training(..., trust_code=True))")
+            raise UntrustedCodeError(f"env.factory: {self.factory!r} is code of one's own; run it only if you trust "
+                                     f"it, with `orchlib train --trust-code` (run_training(..., trust_code=True))")
         import importlib
 
         module, _, attr = self.factory.partition(":")

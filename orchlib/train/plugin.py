@@ -16,14 +16,10 @@ from typing import Any, Callable
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from orchlib.settings import Settings
+from orchlib.settings import Settings, UntrustedCodeError
 from orchlib.train.hooks import Hooks
 
-__all__ = ["HooksPlugin", "HooksError", "UntrustedCodeError", "require_trust"]
-
-
-class UntrustedCodeError(ValueError):
-    """A config names code to run (`hooks:`) and the user did not opt in; one line naming the field."""
+__all__ = ["HooksPlugin", "HooksError", "require_trust"]
 
 
 class HooksError(ValueError):
