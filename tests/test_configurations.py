@@ -310,12 +310,16 @@ def test_the_guide_s_snippets_run():
 
     text = (Path(__file__).parents[1] / "docs" / "configurations.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/configurations.md", "exec"), namespace)  # noqa: S102  (our own docs)
     t, shown = namespace["t"], namespace["shown"]
     assert t.configuration == shown and t.outcome in (0.0, 1.0) and t.turns[0].observations[0].tool in shown.aliases
+    # the third block's policy calls the first tool of every list it is shown: so it does, on every episode
+    summary = namespace["heldout_summary"](namespace["trajs"])
+    assert {p: (s.first_listed, s.well_formed) for p, s in summary.items()} == {"accuracy": (1.0, 1.0),
+                                                                                 "thrifty": (1.0, 1.0)}
 
 
 class _ChatReadingTools:
