@@ -225,24 +225,24 @@ def _count(value: Any) -> int | None:
     return int(number)
 
 
+def _bounded(value: Any, high: float, what: str) -> float | None:
+    """A recorded amount from 0 to `high` (None where the row left it out); anything else is a ValueError."""
+    if _missing(value):
+        return None
+    number = _number(value)
+    if number is None or not 0 <= number <= high:
+        raise ValueError(f"not {what} (a number from 0 to {high:g}): {value!r}")
+    return number
+
+
 def _seconds(value: Any) -> float | None:
     if type(value) is float and 0.0 <= value <= MAX_SECONDS:  # the usual case, as the checks below would find it
         return value
-    if _missing(value):
-        return None
-    number = _number(value)
-    if number is None or not 0 <= number <= MAX_SECONDS:
-        raise ValueError(f"not a latency in seconds (a number from 0 to {MAX_SECONDS:g}): {value!r}")
-    return number
+    return _bounded(value, MAX_SECONDS, "a latency in seconds")
 
 
 def _usd(value: Any) -> float | None:
-    if _missing(value):
-        return None
-    number = _number(value)
-    if number is None or not 0 <= number <= MAX_USD:
-        raise ValueError(f"not a cost in USD (a number from 0 to {MAX_USD:g}): {value!r}")
-    return number
+    return _bounded(value, MAX_USD, "a cost in USD")
 
 
 def _text(value: Any) -> str | None:
