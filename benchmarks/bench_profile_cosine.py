@@ -8,7 +8,7 @@ folder given with --model) and, on the first --questions GSM8K test questions, p
 rendering P (where it goes in the prompt and how it is written):
 
 - the cosine between the gradients of log p(generalist) - log p(mixtral) at the first call's name under
-  "accuracy" and under "thrifty" (`orchlib.experiments.probes.profile_gradient_cosine`): mean, min, and
+  "accuracy" and under "thrifty" (`orchlib.evaluate.gradients.profile_gradient_cosine`): mean, min, and
   1 - cos, the share of an update on one profile's choice that does not move the other's alike;
 - the choice gap, p(generalist | accuracy) - p(generalist | thrifty) in points (`choice_gap`).
 
@@ -41,7 +41,8 @@ def main() -> int:
     import torch
 
     from orchlib.configfile import load_config
-    from orchlib.experiments.probes import choice_gap, profile_gradient_cosine
+    from orchlib.evaluate.gradients import profile_gradient_cosine
+    from orchlib.experiments.probes import choice_gap
     from orchlib.models import load_policy
     from orchlib.train.accel import cpu_description
     from orchlib.train.run import RunConfig, load_environment, warm_started_policy

@@ -7,7 +7,7 @@ trajectories of a world (`orchlib.train.run.warm_started_policy`: the run's own 
 GSM8K test questions offering both the generalist and Mixtral: the cosine between the gradients of
 log p(generalist) - log p(mixtral) at the first call's name under "accuracy" and under "thrifty"
 (`profile_gradient_cosine`; on orchestra-read under each question's held-out configuration, at the
-aliases the two backends wear there: `orchlib.experiments.reading.configured_profile_cosine`). Rows:
+aliases the two backends wear there: `orchlib.evaluate.gradients.configured_profile_cosine`). Rows:
 
 - orchestra-choice: fixed names and order, the GSM8K choice counterbalanced in the golden data;
 - orchestra-read, golden "counterbalanced": drawn aliases, order and prices, no golden choice that P decides;
@@ -46,7 +46,7 @@ def main() -> int:
 
     from orchlib.envs import make_environment
     from orchlib.evaluate import heldout_summary
-    from orchlib.experiments.reading import configured_profile_cosine
+    from orchlib.evaluate.gradients import configured_profile_cosine
     from orchlib.rollout import RolloutConfig
     from orchlib.train.run import RunConfig, warm_started_policy
     from orchlib.train.sft import SFTConfig

@@ -36,6 +36,8 @@ class Configuration(BaseModel):
     preference: dict[str, Any] | None = Field(None, description="the episode's P (Preference's fields); None: "
                                                                   "the task's own")
     show_prices: bool = Field(False, description="each description ends with its price and latency")
+    price_ranks: bool = Field(False, description="...and with where its price per call stands among the offered "
+                                                 "tools' (lowest, highest, between)")
     space: str = Field("", description="the space it was drawn from")
     held_out: tuple[str, ...] = Field((), description="parts training never showed (the space's declaration)")
     seed: int | None = Field(None, description="the draw's seed (None: not drawn, e.g. written by hand)")

@@ -60,7 +60,7 @@ __all__ = ["Values", "PriceSpace", "LatencySpace", "AliasPool", "Slot", "Prefere
            "BackendInfo", "OfferedTool", "Configuration", "ConfigurationError", "draw", "bind", "bind_spaces",
            "generated_names", "AliasedTool", "EpisodeView", "for_task", "episode_view", "episode_views",
            "recorded_configurations", "backend_counts", "reward_preference", "episode_prices", "episode_toolbox",
-           "price_band", "HELD_OUT_PARTS"]
+           "price_rank_line", "price_band", "HELD_OUT_PARTS"]
 
 HELD_OUT_PARTS = ("aliases", "prices", "backends", "sizes")
 _PRICE_CLASSES = ("per_call", "per_m_input", "per_m_output", "per_second", "per_m_reasoning", "per_m_cached_input")
@@ -291,6 +291,9 @@ class ConfigurationSpace(BaseModel):
     show_prices: bool = Field(False, description="append each tool's price and latency to its description, so the "
                                                  "policy can read what a call costs (the paper's tool descriptions "
                                                  "carry them); shown wherever the prompt style shows descriptions")
+    price_ranks: bool = Field(False, description="with `show_prices`: also say which offered tool costs least and "
+                                                 "which most per call (`price_rank_line`), so a policy that cannot "
+                                                 "compare decimals can still read the order of the prices")
     held_out: tuple[Literal["aliases", "prices", "backends", "sizes"], ...] = Field(
         (), description="parts of this (test) space training never shows; checked against the training space")
     catalog: dict[str, BackendInfo] = Field(default_factory=dict, description="filled by `bind`: the environment's "
@@ -328,7 +331,7 @@ class ConfigurationSpace(BaseModel):
         """Whether every draw leaves the tools as they are (names, all of them, list prices, listed order)."""
         return (self.aliases is None and self.sizes is None and self.order == "listed" and not self.tools
                 and self.price.identity and self.latency.identity and self.preference is None
-                and not self.show_prices)
+                and not self.show_prices and not self.price_ranks)
 
     def backends(self) -> set[str]:
         return {b for s in self.slots for b in s.backends}
@@ -503,7 +506,7 @@ def draw(space: ConfigurationSpace, seed: int, task_id: str, episode_index: int)
                                    description=slot.description or info.description))
     preference = space.preference.draw(rng) if space.preference is not None else None
     return Configuration(tools=tuple(offered), preference=None if preference is None else preference.model_dump(),
-                         show_prices=space.show_prices,
+                         show_prices=space.show_prices, price_ranks=space.price_ranks,
                          space=space.name, held_out=tuple(space.held_out), seed=seed, episode=episode_index)
 
 
@@ -574,12 +577,34 @@ class EpisodeView:
         return self.configuration.backend_of(name)
 
 
-def _alias_card(card: ToolCard, offered: OfferedTool, show_prices: bool) -> ToolCard:
+# the call a price rank compares tools by: as many input as output tokens, at the declared latency
+RANK_CALL_TOKENS = 1000
+
+
+def price_rank_line(key: float, keys: Sequence[float]) -> str:
+    """Where a tool's price per call (`key`) stands among the offered tools' (`keys`, its own included):
+    lowest, highest or between. Said in words because a small policy reads a word more surely than it
+    compares two decimals; the prices themselves stay on the line before."""
+    low, high = min(keys), max(keys)
+    if low == high:
+        return "Cost per call: the same as every other tool offered."
+    if key == low:
+        return "Cost per call: the lowest of the tools offered."
+    if key == high:
+        return "Cost per call: the highest of the tools offered."
+    return "Cost per call: between the lowest and the highest of the tools offered."
+
+
+def _call_price(offered: OfferedTool) -> float:
+    return offered.price.cost(RANK_CALL_TOKENS, RANK_CALL_TOKENS, offered.latency.seconds)
+
+
+def _alias_card(card: ToolCard, offered: OfferedTool, show_prices: bool, rank: str = "") -> ToolCard:
     description = offered.description
     update = {"name": offered.alias, "price": offered.price, "latency": offered.latency}
     card = card.model_copy(update=update)  # validated fields, all of them
     if show_prices:
-        description = f"{description.strip()}\n{card.describe_costs()}"
+        description = f"{description.strip()}\n{card.describe_costs()}" + (f" {rank}" if rank else "")
     card = card.model_copy(update={"description": description})
     card._origin = None  # drawn, not read from the backend's file: findings name `<card ALIAS>`, not its lines
     return card
@@ -590,8 +615,11 @@ def episode_toolbox(configuration: Configuration, toolbox: Toolbox) -> Toolbox:
     missing = [t.backend for t in configuration.tools if t.backend not in toolbox]
     if missing:
         raise ValueError(f"the configuration's backends {missing} are not in the toolbox ({toolbox.names})")
-    return Toolbox(AliasedTool(toolbox[t.backend], _alias_card(toolbox[t.backend].card, t, configuration.show_prices))
-                   for t in configuration.tools)
+    keys = [_call_price(t) for t in configuration.tools]
+    ranks = [price_rank_line(k, keys) if configuration.price_ranks and len(keys) > 1 else "" for k in keys]
+    return Toolbox(AliasedTool(toolbox[t.backend],
+                               _alias_card(toolbox[t.backend].card, t, configuration.show_prices, rank))
+                   for t, rank in zip(configuration.tools, ranks))
 
 
 def for_task(configuration: Configuration, task: Task) -> Configuration:

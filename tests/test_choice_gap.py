@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from orchlib.demo import DEMO_PROFILES, DEMO_ROLLOUT, demo_suite
-from orchlib.experiments.probes import choice_gap, profile_gradient_cosine
+from orchlib.evaluate.gradients import profile_gradient_cosine
+from orchlib.experiments.probes import choice_gap
 
 PAIR = ("generalist", DEMO_PROFILES)
 

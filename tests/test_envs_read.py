@@ -93,3 +93,47 @@ def test_golden_trajectories_call_the_golden_backend_under_its_alias(env, tiny_p
         (call,) = g.turns[0].calls
         assert call.name in g.configuration.aliases and g.configuration.backend_of(call.name) == golden_backend(task)
         assert g.calls == {golden_backend(task): 1}
+
+
+def test_each_description_says_where_its_price_per_call_stands(env, tiny_policy):
+    _, tok = tiny_policy
+    config = RolloutConfig(tool_schema="brief")
+    seen = Counter()
+    for task in env.train[:20] + env.test[:20]:
+        view = episode_view(env.configuration(task, 0), task, env.tools)
+        system = render_prompt(view.task, tool_schemas(view.toolbox, view.task, config.tool_schema), tok, config)
+        # per call of 1,000 input and 1,000 output tokens at the shown prices, computed here by hand
+        cost = {o.alias: (1000 * o.price.per_m_input + 1000 * o.price.per_m_output) / 1e6 + o.price.per_call
+                + o.price.per_second * o.latency.seconds for o in view.configuration.tools}
+        for alias, c in cost.items():
+            line = next(ln for ln in system.splitlines() if ln.startswith(f"{alias}: "))
+            word = "the lowest" if c == min(cost.values()) else "the highest" if c == max(cost.values()) else "between"
+            assert line.count("Cost per call:") == 1 and f"Cost per call: {word}" in line
+            seen[word] += 1
+    assert seen["the lowest"] and seen["the highest"] and seen["between"]  # three-tool offers rank a middle one
+
+
+def test_price_ranks_follow_the_drawn_prices_not_the_backend():
+    from orchlib.configurations import price_rank_line
+
+    assert price_rank_line(1.0, [1.0, 2.0]) == "Cost per call: the lowest of the tools offered."
+    assert price_rank_line(2.0, [1.0, 2.0]) == "Cost per call: the highest of the tools offered."
+    assert price_rank_line(1.5, [1.0, 1.5, 2.0]).startswith("Cost per call: between")
+    assert price_rank_line(1.0, [1.0, 1.0]) == "Cost per call: the same as every other tool offered."
+
+
+def test_drills_add_arithmetic_reading_questions_outside_both_splits():
+    plain = make_read_suite(7, n_train=20, n_test=10)
+    drilled = make_read_suite(7, n_train=20, n_test=10, drills=12)
+    assert drilled.test == plain.test and drilled.train[:len(plain.train)] == plain.train
+    drills = drilled.train[len(plain.train):]
+    assert len(drills) == 24 and {t.category for t in drills} == {"arithmetic"}
+    split_prompts = {t.prompt for t in plain.train + plain.test}
+    assert not split_prompts & {t.prompt for t in drills}
+    by_q: dict[str, dict[str, str]] = {}
+    for t in drills:
+        assert t.tools == ["specialist", "generalist"]
+        by_q.setdefault(t.prompt, {})[t.preference.name] = golden_backend(t)
+    assert list(by_q.values()) == [{"accuracy": "generalist", "thrifty": "specialist"}] * 12
+    with pytest.raises(ValueError, match="drills must be at least 0"):
+        make_read_suite(7, n_train=20, n_test=10, drills=-1)

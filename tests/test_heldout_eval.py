@@ -120,3 +120,23 @@ def test_run_summary_holds_the_held_out_numbers_of_a_policy_run_on_configuration
     reports = {"after RL": Report(hand_written()), "cheapest": Report(plain)}
     summary = run_summary(reports, lambda group, P=None: [t.outcome for t in group])
     assert summary["held_out"] == {"after RL": {p: r.model_dump() for p, r in heldout_summary(hand_written()).items()}}
+
+
+def test_choice_cosine_is_one_where_p_is_hidden_and_counts_each_question_once(tiny_policy):
+    from orchlib.evaluate.gradients import configured_profile_cosine
+    from orchlib.train.evaluation import RunEvaluation, choice_cosine
+
+    model, tok = tiny_policy
+    env = make_environment("orchestra-read", seed=3, n_train=4, n_test=8)
+    both = sorted({t.id.rsplit("@", 1)[0] for t in env.test if {"generalist", "mixtral"} <= set(t.tools)})
+    assert both  # GSM8K questions offering Mixtral beside the generalist
+    settings = RunEvaluation(cosine=("generalist", "mixtral"), cosine_tasks=10)
+    hidden = RolloutConfig(tool_schema="brief", show_preference=False)
+    got = choice_cosine(model, tok, env, hidden, settings)
+    assert got["n"] == len(both) and got["mean"] == pytest.approx(1.0, abs=1e-9)  # the two passes are one pass
+    shown = RolloutConfig(tool_schema="brief")
+    firsts = [next(t for t in env.test if t.id.startswith(q + "@")) for q in both]
+    by_hand = configured_profile_cosine(model, tok, env, firsts, shown, ("generalist", "mixtral"))
+    got = choice_cosine(model, tok, env, shown, settings)
+    assert got["n"] == len(both) and got["mean"] == pytest.approx(sum(by_hand) / len(by_hand), rel=1e-12)
+    assert got["min"] == pytest.approx(min(by_hand), rel=1e-12) and got["mean"] < 1

@@ -192,13 +192,14 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
     cfg = load_config(shipped_path("recipes/smollm2_choice.yaml"), RunConfig)
     assert cfg.policy == "smollm2" and cfg.env.world == "orchestra-choice" and cfg.hooks is None
     assert cfg.warm_start is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
+    assert cfg.evaluation.cosine == ("generalist", "mixtral")
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
     small = cfg.model_copy(update={
         "policy": "tiny", "steps": 1, "save_every": 1, "out": str(tmp_path),
         "env": cfg.env.model_copy(update={"n_train": 4, "n_test": 4}),
         "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
         "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": 2, "group_size": 2}),
-        "evaluation": cfg.evaluation.model_copy(update={"baselines": ("strongest", "cheapest")})})
+        "evaluation": cfg.evaluation.model_copy(update={"baselines": ("strongest", "cheapest"), "cosine_tasks": 3})})
     seen = []
     trainer = run_training(small, progress=False, on_step=lambda tr, report: seen.append(report.step))
     assert seen == [1] and trainer.step_count == 1 and (tmp_path / "checkpoint").is_dir()
@@ -215,6 +216,11 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
         assert per["controllability"] == {"arithmetic": 0.0, "gsm8k": 0.0}
         assert per["by_profile"]["accuracy"]["calls"] == per["by_profile"]["thrifty"]["calls"]
     assert (tmp_path / "evaluation.txt").read_text().splitlines()[0].startswith("policy")
+    # the choice's profile gradient cosine, over the weights GRPO trains, on the 2 GSM8K questions that offer
+    # both tools (cosine_tasks=3 asks for more than there are)
+    for when in ("before RL", "after RL"):
+        cos = ev["choice_cosine"][when]
+        assert cos["n"] == 2 and -1 <= cos["min"] <= cos["mean"] <= 1 and cos["one_minus_mean"] == 1 - cos["mean"]
 
 
 @needs_wheel

@@ -40,7 +40,8 @@ from orchlib.demo.report import SHARED, summarize_demo, table_text
 from orchlib.env import Environment
 from orchlib.envs.choice import counterbalanced
 from orchlib.envs.choice import offer_choice as _retool
-from orchlib.experiments.probes import anchored_reward, choice_gap, profile_gradient_cosine, reference_runs
+from orchlib.evaluate.gradients import profile_gradient_cosine
+from orchlib.experiments.probes import anchored_reward, choice_gap, reference_runs
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall, write_jsonl

@@ -67,7 +67,7 @@ from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall
 
 __all__ = ["READ_BACKENDS", "READ_OFFERS", "READ_DESCRIPTIONS", "READ_PROFILES", "TRAIN_FACTOR", "TEST_FACTOR",
-           "read_spaces", "make_read_suite", "environment"]
+           "read_spaces", "reading_drills", "make_read_suite", "environment"]
 
 READ_PROFILES = ("accuracy", "thrifty")
 # What a question of each category may offer, drawn once per question; the first backend of a GSM8K pair is
@@ -98,7 +98,8 @@ def read_spaces(seed: int = 0) -> tuple[ConfigurationSpace, ConfigurationSpace]:
     """(training space, held-out test space) of orchestra-read; `seed` seeds their draws."""
     names = generated_names(_N_ALIASES)
     # one entry per backend; a question's own tool list keeps those it offers (descriptions: its cards')
-    common = dict(seed=seed, tools=tuple(Slot(backends=(b,)) for b in READ_BACKENDS), order="drawn", show_prices=True)
+    common = dict(seed=seed, tools=tuple(Slot(backends=(b,)) for b in READ_BACKENDS), order="drawn", show_prices=True,
+                  price_ranks=True)
     train = ConfigurationSpace(name="train", aliases=AliasPool(names=names[:_N_ALIASES // 2]),
                                price=PriceSpace(factor=TRAIN_FACTOR, digits=2), **common)
     test = ConfigurationSpace(name="held-out", aliases=AliasPool(names=names[_N_ALIASES // 2:]),
@@ -140,17 +141,33 @@ def _train_tasks(base: list[Task], seed: int, golden: str) -> list[Task]:
     return out
 
 
+def reading_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
+    """`n` arithmetic questions in neither split, each offering the specialist and the generalist alone, under
+    both profiles, the golden tool the one P asks for (the "reading" design): more of what teaches the warm
+    start to read, none of it GSM8K."""
+    from orchlib.envs.mini import arithmetic_tasks
+
+    pool = arithmetic_tasks(random.Random(f"orchestra-read:drills:{seed}"), n + len(exclude))
+    tasks = [t.model_copy(update={"id": f"drill-{t.id}", "tools": ["specialist", "generalist"]})
+             for t in pool if t.prompt not in exclude][:n]
+    return [c for t in tasks for c in (_copy(t, "accuracy", "generalist"), _copy(t, "thrifty", "specialist"))]
+
+
 def make_read_suite(seed: int = 0, n_train: int = 120, n_test: int = 80,
-                    golden: Literal["reading", "counterbalanced"] = "reading") -> Suite:
+                    golden: Literal["reading", "counterbalanced"] = "reading", drills: int = 0) -> Suite:
     """Build "orchestra-read" from orchestra-mini's arithmetic and GSM8K questions (`n_train` and `n_test`
     questions, half each; each split holds every question under both profiles), with its training and
-    held-out test configuration spaces and the `brief` tool list."""
+    held-out test configuration spaces and the `brief` tool list. `drills`: that many more arithmetic
+    questions in the train split (`reading_drills`)."""
     if golden not in ("reading", "counterbalanced"):
         raise ValueError(f'orchestra-read: golden must be "reading" or "counterbalanced", not {golden!r}')
+    if drills < 0:
+        raise ValueError(f"orchestra-read: drills must be at least 0, not {drills}")
     base = make_suite(seed, n_train=n_train, n_test=n_test, categories=tuple(READ_OFFERS), profiles=READ_PROFILES)
     cards = [c.model_copy(update={"final": True, "description": READ_DESCRIPTIONS[c.name]})
              for c in base.cards if c.name in READ_BACKENDS]
     train = _train_tasks(base.train, seed, golden)
+    train += reading_drills(seed, drills, {t.prompt for t in base.train + base.test})
     test = [t.model_copy(update={"tools": list(_offer(seed, t)),
                                  "golden": Golden(calls=[ToolCall(name=_offer(seed, t)[-1])], answer=t.answer)})
             for t in base.test]
@@ -160,7 +177,9 @@ def make_read_suite(seed: int = 0, n_train: int = 120, n_test: int = 80,
 
 
 def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, n_train: int = 120,
-                n_test: int = 80, golden: Literal["reading", "counterbalanced"] = "reading") -> Environment:
-    """"orchestra-read" as an Environment: `make_read_suite(seed, n_train, n_test, golden).environment(reward)`.
-    Its prompts are meant for `RolloutConfig(tool_schema="brief")` (examples/smollm2_read.yaml sets it)."""
-    return make_read_suite(seed, n_train=n_train, n_test=n_test, golden=golden).environment(reward)
+                n_test: int = 80, golden: Literal["reading", "counterbalanced"] = "reading",
+                drills: int = 0) -> Environment:
+    """"orchestra-read" as an Environment: `make_read_suite(seed, n_train, n_test, golden, drills)
+    .environment(reward)`. Its prompts are meant for `RolloutConfig(tool_schema="brief")`
+    (examples/smollm2_read.yaml sets it)."""
+    return make_read_suite(seed, n_train=n_train, n_test=n_test, golden=golden, drills=drills).environment(reward)

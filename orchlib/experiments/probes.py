@@ -1,6 +1,6 @@
-"""Probes of a policy's choice: how far P moves the first choice (`choice_gap`), how much of an update
-to it moves both profiles' choice alike (`profile_gradient_cosine`), and a training reward scored against
-fixed-routing reference runs (`reference_runs`, `anchored_reward`)."""
+"""Probes of a policy's choice: how far P moves the first choice (`choice_gap`), and a training reward
+scored against fixed-routing reference runs (`reference_runs`, `anchored_reward`). How much of an update
+to the choice moves both profiles' choice alike is `orchlib.evaluate.gradients.profile_gradient_cosine`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from orchlib.baselines import run_routes
-from orchlib.chat import CALL_OPENING
-from orchlib.prompting import render_prompt, tool_schemas
+from orchlib.evaluate.gradients import model_device, name_logprob
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Preference, Task, under_profiles
 from orchlib.trajectory import Trajectory
 
-__all__ = ["choice_gap", "profile_gradient_cosine", "reference_runs", "anchored_reward"]
+__all__ = ["choice_gap", "reference_runs", "anchored_reward"]
 
 
 def choice_gap(model, tokenizer, tasks: Sequence[Task], toolbox, config: RolloutConfig, tool: str,
@@ -26,64 +25,13 @@ def choice_gap(model, tokenizer, tasks: Sequence[Task], toolbox, config: Rollout
     0 means the policy is blind to P at the moment it chooses. A local (transformers) policy only."""
     import torch  # only the weight probes need torch
 
-    gaps, device = [], _device(model)
+    gaps, device = [], model_device(model)
     for task in (t for t in tasks if t.tools is None or tool in t.tools):
         with torch.no_grad():
-            p = [float(_name_logprob(model, tokenizer, shown, toolbox, config, tool, device).exp())
+            p = [float(name_logprob(model, tokenizer, shown, toolbox, config, tool, device).exp())
                  for shown in under_profiles([task], profiles)]
         gaps.append(p[0] - p[1])
     return 100 * sum(gaps) / len(gaps) if gaps else float("nan")
-
-
-def profile_gradient_cosine(model, tokenizer, tasks: Sequence[Task], toolbox, config: RolloutConfig,
-                            tools: tuple[str, str], profiles: tuple[str | Preference, str | Preference]) -> list[float]:
-    """Per task offering both `tools`: the cosine between the gradients, over the model's trainable
-    weights, of log p(first call names tools[0]) - log p(it names tools[1]) under profiles[0] and under
-    profiles[1] (one forward and backward pass each; no sampling, the weights and their .grad untouched).
-
-    It says how much of an update to the choice under one profile moves the choice under the other as
-    well. Near 1, nearly every policy-gradient step moves both profiles' choice together, and only the
-    1 - cos part of it can make the choice follow P: the reward's P-blind part is then learned long
-    before its P-dependent part. 1 exactly when P is not shown. A local (transformers) policy only."""
-    import torch
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    device, was_training, out = _device(model), model.training, []
-    zero = torch.zeros((), dtype=torch.float64)
-    model.eval()  # dropout would make the two passes differ by its draw, not by P
-    try:
-        for task in (t for t in tasks if t.tools is None or set(tools) <= set(t.tools)):
-            grads = []
-            for shown in under_profiles([task], profiles):
-                margin = (_name_logprob(model, tokenizer, shown, toolbox, config, tools[0], device)
-                          - _name_logprob(model, tokenizer, shown, toolbox, config, tools[1], device))
-                grads.append(torch.autograd.grad(margin, params, allow_unused=True))
-            dot = na = nb = 0.0
-            for a, b in zip(*grads):  # float64 sums: a 135 M-entry dot product in float32 drifts past 1
-                a, b = (zero if g is None else g.double() for g in (a, b))  # None: a weight the choice skips
-                dot, na, nb = dot + float((a * b).sum()), na + float((a * a).sum()), nb + float((b * b).sum())
-            out.append(dot / (na * nb) ** 0.5 if na > 0 and nb > 0 else float("nan"))
-    finally:
-        model.train(was_training)
-    return out
-
-
-def _device(model):
-    import torch
-
-    # where the weights are: on a GPU machine, training left the model there
-    return next((p.device for p in model.parameters()), torch.device("cpu"))
-
-
-def _name_logprob(model, tokenizer, task: Task, toolbox, config: RolloutConfig, tool: str, device):
-    """log p(the first call names `tool`) for `task`'s first prompt: the name's ids after the call's opening."""
-    import torch
-
-    head = render_prompt(task, tool_schemas(toolbox, task, config.tool_schema), tokenizer, config) + CALL_OPENING
-    ids = tokenizer.encode(head + tool, add_special_tokens=False)
-    n = len(tokenizer.encode(head, add_special_tokens=False))
-    logp = torch.log_softmax(model(torch.tensor([ids], device=device)).logits[0].float(), -1)
-    return sum(logp[i - 1, ids[i]] for i in range(n, len(ids)))
 
 
 def reference_runs(tasks: Sequence[Task], toolbox, tokenizer, config) -> dict[str, list[Trajectory]]:

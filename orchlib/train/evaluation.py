@@ -3,6 +3,9 @@
     reports = {"before RL": evaluate(...), "after RL": evaluate(...), **baseline_reports(...)}
     summary = run_summary(reports, reward, tool="generalist")
 
+`choice_cosine` is how much of an update to the choice between two tools moves it under both profiles
+alike (1 − cos is the part that can make the choice follow P), measured before and after RL.
+
 `run_summary` gives, per policy, accuracy, $, s and the tool mix per category and per profile; the
 reward of each policy per profile when a task's group is every policy's run of it (`reward_across`:
 a group-normalised reward needs a group); for a policy run on tool configurations, where its calls went
@@ -20,8 +23,8 @@ from pydantic import ConfigDict, Field
 from orchlib.baselines import BASELINES
 from orchlib.settings import Settings
 
-__all__ = ["RunEvaluation", "numbers", "well_formed", "tool_share", "controllability", "controllability_by_category",
-           "baseline_reports", "run_summary"]
+__all__ = ["RunEvaluation", "choice_cosine", "numbers", "well_formed", "tool_share", "controllability",
+           "controllability_by_category", "baseline_reports", "run_summary"]
 
 
 class RunEvaluation(Settings):
@@ -35,6 +38,11 @@ class RunEvaluation(Settings):
                                                "(None: no controllability)")
     high: str = Field("accuracy", description="the profile that should call `tool` more")
     low: str = Field("thrifty", description="the profile that should call it less")
+    cosine: tuple[str, str] | None = Field(None, description="two backends: the profile gradient cosine of the "
+                                           "choice between them (`orchlib.evaluate.gradients`), under `high` and "
+                                           "`low`, after the warm start and after RL (None: not measured)")
+    cosine_tasks: int = Field(8, ge=1, description="test questions the cosine is averaged over (the first that "
+                                                   "offer both backends)")
 
 
 def well_formed(trajs: Sequence[Any]) -> float:
@@ -67,6 +75,31 @@ def controllability_by_category(trajs: Sequence[Any], tool: str, high: str = "ac
     """`controllability` per task category (the gap can sit in one category alone)."""
     return {c: controllability([t for t in trajs if t.category == c], tool, high, low)
             for c in sorted({t.category for t in trajs})}
+
+
+def choice_cosine(model, tokenizer, env, config, settings: RunEvaluation) -> dict[str, float]:
+    """The profile gradient cosine of the choice between `settings.cosine`'s two backends, on the first
+    `settings.cosine_tasks` questions of `env.test` (one copy each: the probe shows it under `high` and
+    `low` itself) that offer both, each under its first episode's configuration: mean, min, 1 − mean and
+    the number of questions."""
+    from orchlib.evaluate.gradients import configured_profile_cosine
+
+    assert settings.cosine is not None
+    seen: set[str] = set()
+    firsts = []
+    for t in env.test:  # a test split holds a question once per profile: its first copy stands for it
+        key = t.id.rsplit("@", 1)[0]
+        if key not in seen and (t.tools is None or set(settings.cosine) <= set(t.tools)):
+            seen.add(key)
+            firsts.append(t)
+    firsts = firsts[:settings.cosine_tasks]
+    cos = configured_profile_cosine(model, tokenizer, env, firsts, config, settings.cosine,
+                                    (settings.high, settings.low))
+    cos = [c for c in cos if c == c]  # NaN: a question where the choice has no gradient
+    if not cos:
+        return {"n": 0.0, "mean": float("nan"), "min": float("nan"), "one_minus_mean": float("nan")}
+    mean = sum(cos) / len(cos)
+    return {"n": float(len(cos)), "mean": mean, "min": min(cos), "one_minus_mean": 1 - mean}
 
 
 def baseline_reports(tasks, toolbox, tokenizer, reward, config, names: Sequence[str] = BASELINES,

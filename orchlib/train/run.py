@@ -109,6 +109,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
     hooks = cfg.hooks.build() if cfg.hooks is not None else Hooks()
     wall: dict[str, float] = {}
     reports: dict[str, Any] = {}
+    cosines: dict[str, Any] = {}
     if find_checkpoint(ckpt):
         trainer = Trainer.resume(ckpt, env, hooks=hooks)
     else:
@@ -117,6 +118,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
             reports["before RL"] = _evaluate_policy(trainer, env, cfg, "before RL")
+            cosines["before RL"] = _cosine(trainer, env, cfg)
             wall["evaluate_before"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     while trainer.step_count < cfg.steps:
@@ -130,9 +132,10 @@ def run_training(cfg: RunConfig, progress: bool = True,
     if cfg.evaluation is not None:
         t0 = time.perf_counter()
         reports["after RL"] = _evaluate_policy(trainer, env, cfg, "after RL")
+        cosines["after RL"] = _cosine(trainer, env, cfg)
         reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg.grpo.rollout, cfg))
         wall["evaluate_after"] = time.perf_counter() - t0
-        _write_evaluation(out, reports, reward, cfg, wall)
+        _write_evaluation(out, reports, reward, cfg, wall, {k: v for k, v in cosines.items() if v is not None})
     return trainer
 
 
@@ -169,6 +172,16 @@ def _evaluate_policy(trainer: Trainer, env: Environment, cfg: RunConfig, name: s
         trainer.model.train()
 
 
+def _cosine(trainer: Trainer, env: Environment, cfg: RunConfig) -> dict[str, float] | None:
+    """`choice_cosine` of the policy as it is now, over the weights GRPO trains (LoRA's, with `grpo.lora`)."""
+    from orchlib.train.evaluation import choice_cosine
+
+    if cfg.evaluation is None or cfg.evaluation.cosine is None:
+        return None
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return choice_cosine(model, trainer.tokenizer, env, cfg.grpo.rollout, cfg.evaluation)
+
+
 def _baselines(train, test, toolbox, reward, tokenizer, rollout_config, cfg: RunConfig) -> dict[str, Any]:
     from orchlib.train.evaluation import baseline_reports
 
@@ -176,13 +189,16 @@ def _baselines(train, test, toolbox, reward, tokenizer, rollout_config, cfg: Run
                             calibration=train, seed=cfg.grpo.seed)
 
 
-def _write_evaluation(out: Path, reports: dict[str, Any], reward, cfg: RunConfig, wall: dict[str, float]) -> None:
+def _write_evaluation(out: Path, reports: dict[str, Any], reward, cfg: RunConfig, wall: dict[str, float],
+                      cosines: dict[str, Any]) -> None:
     from orchlib.atomic import write_text_atomic
     from orchlib.evaluate import compare
     from orchlib.train.evaluation import run_summary
 
     summary = run_summary(reports, reward, cfg.evaluation)
     summary["wall_s"] = {k: round(v, 1) for k, v in wall.items()}
+    if cosines:
+        summary["choice_cosine"] = cosines
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "evaluation.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     write_text_atomic(out / "evaluation.txt", compare(reports) + "\n")
