@@ -15,10 +15,15 @@ sampled test turns of the model as it comes, to count well-formed calls before S
   across policies, as `orchlib.evaluate.reward_across`);
 - the reward over the first and last 10 GRPO steps, scored against fixed reference runs of every route
   (`anchored_reward`: the in-group reward of a min-max normalised reward falls as a group comes to agree);
-- wall time of each phase, and the CPU it ran on.
+- wall time of each phase, and the CPU it ran on;
+- on a world of tool configurations (`examples/smollm2_read.yaml`), a second table: the share of calls to
+  the first-listed tool after SFT and after GRPO, under "thrifty" the share to the cheaper as shown of two
+  equally accurate tools, and 1 - cos of the profiles' choice gradients after SFT and after GRPO; then,
+  per seed, where the calls went on the held-out test space per profile (`format_heldout`).
 
 Bars (what the recipe must show): GSM8K controllability ≥ 30 and above the SFT-only figure, both margins
-above 0, and the reward rising, on every seed.
+above 0, the reward rising and ≤ 45 minutes, on every seed; on tool configurations also the first-listed
+share ≤ 45 % and the cheaper of two equally accurate tools chosen ≥ 75 % under "thrifty".
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# orchestra-read's two backends that are about as right on arithmetic (95 % and 97 %): under "thrifty" the
+# cheaper as shown should be called
+EQUALLY_ACCURATE = "generalist+specialist"
 
 
 def run_seed(config: str, seed: int, out: Path) -> dict:
@@ -93,7 +101,19 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
         "thrifty_margin>0": row["thrifty_margin"] > 0,
         "accuracy_margin>0": row["accuracy_margin"] > 0,
         "reward_rising": row["reward_last10"] > row["reward_first10"],
+        "minutes<=45": sum(row["wall_s"].values()) <= 45 * 60,
     }
+    if "held_out" in ev:  # a world of tool configurations: where the calls went on the held-out test space
+        row["held_out"] = {k: ev["held_out"][k] for k in ("before RL", "after RL")}
+        calls = {k: sum(r["calls"] for r in v.values()) for k, v in row["held_out"].items()}
+        row["first_listed"] = {k: sum(r["calls"] * (r["first_listed"] or 0) for r in v.values()) / max(calls[k], 1)
+                               for k, v in row["held_out"].items()}
+        equal = ev["held_out_by_offer"]["after RL"].get(EQUALLY_ACCURATE, {}).get("thrifty")
+        row["thrifty_cheaper_equal"] = None if equal is None else equal["cheapest_shown"]
+        row["bars"]["first_listed<=45"] = row["first_listed"]["after RL"] <= 0.45
+        row["bars"]["thrifty_cheaper>=75"] = (row["thrifty_cheaper_equal"] or 0) >= 0.75
+    if "choice_cosine" in ev:
+        row["one_minus_cos"] = {k: v["one_minus_mean"] for k, v in ev["choice_cosine"].items()}
     (folder / "bench_row.json").write_text(json.dumps(row, indent=1))
     return row
 
@@ -114,6 +134,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def reading_table(rows: list[dict]) -> str:
+    """On a world of tool configurations: per seed, first-listed share and the thrifty cheaper-as-shown share
+    between equally accurate tools, and 1 - cos of the profiles' choice gradients, after SFT and after GRPO."""
+    head = ["seed", "first listed SFT", "first listed GRPO", "thrifty: cheaper of two equally right (GRPO)",
+            "1 - cos SFT", "1 - cos GRPO"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    pct = lambda v: "—" if v is None else f"{100 * v:.0f} %"  # noqa: E731
+    cos = lambda r, k: f"{r['one_minus_cos'][k]:.2e}" if k in r.get("one_minus_cos", {}) else "—"  # noqa: E731
+    for r in rows:
+        lines.append("| " + " | ".join([str(r["seed"]), pct(r["first_listed"]["before RL"]),
+                                        pct(r["first_listed"]["after RL"]), pct(r["thrifty_cheaper_equal"]),
+                                        cos(r, "before RL"), cos(r, "after RL")]) + " |")
+    return "\n".join(lines)
+
+
+def heldout_tables(rows: list[dict]) -> str:
+    """Per seed, `format_heldout` of SFT only and after GRPO: per profile, calls per backend, first listed,
+    cheapest shown, well formed, accuracy, $ and s per task."""
+    from orchlib.evaluate import HeldoutNumbers, format_heldout
+
+    out = []
+    for r in rows:
+        rows_ = {("SFT only" if k == "before RL" else "after GRPO"): {p: HeldoutNumbers(**n) for p, n in v.items()}
+                 for k, v in r["held_out"].items()}
+        out.append(f"seed {r['seed']}, held-out configurations:\n" + format_heldout(rows_))
+    return "\n\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -132,6 +180,11 @@ def main() -> int:
         print(table(rows), flush=True)
     print(f"\nCPU: {rows[0]['cpu']}; torch threads {torch.get_num_threads()}")
     print(table(rows))
+    if all("held_out" in r for r in rows):
+        print()
+        print(reading_table(rows))
+        print()
+        print(heldout_tables(rows))
     failed = [f"seed {r['seed']}: {k}" for r in rows for k, ok in r["bars"].items() if not ok]
     print("bars: all passed" if not failed else "bars failed: " + ", ".join(failed))
     return 0 if not failed else 1

@@ -60,7 +60,7 @@ __all__ = ["Values", "PriceSpace", "LatencySpace", "AliasPool", "Slot", "Prefere
            "BackendInfo", "OfferedTool", "Configuration", "ConfigurationError", "draw", "bind", "bind_spaces",
            "generated_names", "AliasedTool", "EpisodeView", "for_task", "episode_view", "episode_views",
            "recorded_configurations", "backend_counts", "reward_preference", "episode_prices", "episode_toolbox",
-           "price_rank_line", "price_band", "HELD_OUT_PARTS"]
+           "price_rank_line", "call_price", "RANK_CALL_TOKENS", "price_band", "HELD_OUT_PARTS"]
 
 HELD_OUT_PARTS = ("aliases", "prices", "backends", "sizes")
 _PRICE_CLASSES = ("per_call", "per_m_input", "per_m_output", "per_second", "per_m_reasoning", "per_m_cached_input")
@@ -595,7 +595,9 @@ def price_rank_line(key: float, keys: Sequence[float]) -> str:
     return "Cost per call: between the lowest and the highest of the tools offered."
 
 
-def _call_price(offered: OfferedTool) -> float:
+def call_price(offered: OfferedTool) -> float:
+    """What `offered` charges, at its shown prices, for a call of RANK_CALL_TOKENS input and output tokens at
+    its declared latency: the key its price rank and `heldout_summary`'s `cheapest_shown` compare."""
     return offered.price.cost(RANK_CALL_TOKENS, RANK_CALL_TOKENS, offered.latency.seconds)
 
 
@@ -615,7 +617,7 @@ def episode_toolbox(configuration: Configuration, toolbox: Toolbox) -> Toolbox:
     missing = [t.backend for t in configuration.tools if t.backend not in toolbox]
     if missing:
         raise ValueError(f"the configuration's backends {missing} are not in the toolbox ({toolbox.names})")
-    keys = [_call_price(t) for t in configuration.tools]
+    keys = [call_price(t) for t in configuration.tools]
     ranks = [price_rank_line(k, keys) if configuration.price_ranks and len(keys) > 1 else "" for k in keys]
     return Toolbox(AliasedTool(toolbox[t.backend],
                                _alias_card(toolbox[t.backend].card, t, configuration.show_prices, rank))

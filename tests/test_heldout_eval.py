@@ -18,9 +18,12 @@ from orchlib.testing import ScriptedEngine
 from orchlib.trajectory import Observation, ToolCall, Trajectory, Turn
 
 
+PER_CALL = {"mixtral": 0.001, "calculator": 0.0}  # every other backend: 0.01 a call
+
+
 def conf(*pairs: tuple[str, str]) -> Configuration:
     """A configuration offering alias → backend pairs in this order."""
-    return Configuration(tools=tuple(OfferedTool(alias=a, backend=b, price=Price(per_call=0.01),
+    return Configuration(tools=tuple(OfferedTool(alias=a, backend=b, price=Price(per_call=PER_CALL.get(b, 0.01)),
                                                  latency=Latency(seconds=1.0), description="A tool.")
                                      for a, b in pairs), space="held-out", held_out=("aliases",))
 
@@ -53,21 +56,24 @@ def test_hand_written_numbers_per_profile():
     got = heldout_summary(hand_written(), category="gsm8k")
     assert got == {
         "accuracy": HeldoutNumbers(episodes=4, calls=2, backend_share={"generalist": 0.5, "gpt4": 0.5},
-                                   first_listed=0.5, well_formed=0.5, accuracy=0.5, cost_usd=0.1875,
-                                   latency_s=10.75),
+                                   first_listed=0.5, cheapest_shown=0.0, well_formed=0.5, accuracy=0.5,
+                                   cost_usd=0.1875, latency_s=10.75),
         "thrifty": HeldoutNumbers(episodes=2, calls=2, backend_share={"mixtral": 1.0}, first_listed=0.5,
-                                  well_formed=1.0, accuracy=0.5, cost_usd=0.125, latency_s=4.0)}
+                                  cheapest_shown=1.0, well_formed=1.0, accuracy=0.5, cost_usd=0.125, latency_s=4.0)}
 
 
 def test_every_category_and_the_table():
     got = heldout_summary(hand_written())
     assert got["thrifty"].backend_share == {"generalist": 1 / 3, "mixtral": 2 / 3}
     assert got["thrifty"].first_listed == 1 / 3 and got["thrifty"].episodes == 3
+    assert got["thrifty"].cheapest_shown == 2 / 3  # the generalist beside the free calculator is not
+    only = heldout_summary(hand_written(), offer="generalist+mixtral")  # the backends offered, whatever the order
+    assert {p: r.episodes for p, r in only.items()} == {"accuracy": 2, "thrifty": 2}
     table = format_heldout({"after RL": heldout_summary(hand_written(), category="gsm8k")},
                            backends=("mixtral", "gpt4", "generalist"))
     rows = table.splitlines()
-    assert rows[2] == "| after RL | accuracy | 0.0 | 50.0 | 50.0 | 50.0 | 50.0 | 0.500 | 0.18750 | 10.75 |"
-    assert rows[3] == "| after RL | thrifty | 100.0 | 0.0 | 0.0 | 50.0 | 100.0 | 0.500 | 0.12500 | 4.00 |"
+    assert rows[2] == "| after RL | accuracy | 0.0 | 50.0 | 50.0 | 50.0 | 0.0 | 50.0 | 0.500 | 0.18750 | 10.75 |"
+    assert rows[3] == "| after RL | thrifty | 100.0 | 0.0 | 0.0 | 50.0 | 100.0 | 100.0 | 0.500 | 0.12500 | 4.00 |"
 
 
 def test_no_calls_and_no_record():
@@ -120,6 +126,9 @@ def test_run_summary_holds_the_held_out_numbers_of_a_policy_run_on_configuration
     reports = {"after RL": Report(hand_written()), "cheapest": Report(plain)}
     summary = run_summary(reports, lambda group, P=None: [t.outcome for t in group])
     assert summary["held_out"] == {"after RL": {p: r.model_dump() for p, r in heldout_summary(hand_written()).items()}}
+    by_offer = summary["held_out_by_offer"]["after RL"]
+    assert sorted(by_offer) == ["calculator+generalist", "generalist+mixtral", "gpt4+mixtral"]
+    assert by_offer["gpt4+mixtral"]["accuracy"]["episodes"] == 2 and "cheapest" not in summary["held_out_by_offer"]
 
 
 def test_choice_cosine_is_one_where_p_is_hidden_and_counts_each_question_once(tiny_policy):

@@ -30,6 +30,11 @@ What the prompt shows, and why (a small model has to read it):
   significant digits and charged as shown (`Price: $0.45 per million input tokens, ...`). Under
   "thrifty" the right tool is the one with the lower prices; no drawn factor makes the dear tool of a
   pair the cheaper one per call (their output prices stay apart by ×3 or more).
+- Where each tool's price per call stands among the offered tools', in words, after its prices
+  (`Cost per call: the lowest of the tools offered.`; `ConfigurationSpace(price_ranks=True)`). A
+  135 M-parameter model compares two decimals unreliably (`$0.73` against `$5.9`), and a rank it can
+  match to P's words; the rank is computed from the episode's drawn prices, so it is what the prices
+  say, on held-out prices as on training's.
 - P as its weights in the system turn (`Preference (thrifty): accuracy=1, cost=1, latency=0`), the
   profile's name included: the words and the weight on cost say the same thing twice.
 
@@ -51,7 +56,9 @@ which way on GSM8K; that is RL's to learn. Arithmetic teaches reading in general
 - "counterbalanced": without the calculator, counterbalanced like GSM8K (P decides nothing the warm
   start shows: the plain orchestra-choice design).
 
-With the calculator offered it is golden under every profile (exact and free).
+With the calculator offered it is golden under every profile (exact and free). `drills=N` adds N more
+arithmetic questions (in neither split) offering the specialist and the generalist alone, under both
+profiles, golden as "reading" has it (`reading_drills`): more of what teaches reading, none of it GSM8K.
 """
 
 from __future__ import annotations

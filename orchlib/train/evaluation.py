@@ -9,7 +9,8 @@ alike (1 − cos is the part that can make the choice follow P), measured before
 `run_summary` gives, per policy, accuracy, $, s and the tool mix per category and per profile; the
 reward of each policy per profile when a task's group is every policy's run of it (`reward_across`:
 a group-normalised reward needs a group); for a policy run on tool configurations, where its calls went
-by backend and by list position (`orchlib.evaluate.heldout_summary`); and the controllability per
+by backend, by list position and by shown price (`orchlib.evaluate.heldout_summary`), over all episodes
+and per set of offered backends (`held_out_by_offer`); and the controllability per
 category — how far P moves the choice: 100 × (share of calls to `tool` under "accuracy" − under "thrifty").
 """
 
@@ -131,6 +132,7 @@ def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = Ru
     profile, and (with `settings.tool`) the controllability per category. The reports must hold one run
     per task of the same tasks (use the first sample of a sampled policy)."""
     from orchlib.evaluate import heldout_summary, reward_across
+    from orchlib.evaluate.heldout import offer_key
 
     runs = {name: list(r.trajectories) for name, r in reports.items()}
     first = {name: _first_runs(trajs) for name, trajs in runs.items()}
@@ -150,6 +152,9 @@ def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = Ru
     for name, trajs in runs.items():  # on tool configurations: where the calls went by backend and list position
         if trajs and all(getattr(t, "configuration", None) is not None for t in trajs):
             out.setdefault("held_out", {})[name] = {p: r.model_dump() for p, r in heldout_summary(trajs).items()}
+            out.setdefault("held_out_by_offer", {})[name] = {
+                k: {p: r.model_dump() for p, r in heldout_summary(trajs, offer=k).items()}
+                for k in sorted({offer_key(t) for t in trajs})}
     for profile in sorted({_profile(t) for trajs in first.values() for t in trajs}):
         per = {n: _Runs([t for t in trajs if _profile(t) == profile]) for n, trajs in first.items()}
         for n, v in reward_across(per, reward).items():
