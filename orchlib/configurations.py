@@ -319,6 +319,8 @@ class ConfigurationSpace(BaseModel):
                              f"{max(self.sizes or (len(self.tools),))} tools an episode offers")
         if len(set(self.held_out)) != len(self.held_out):
             raise ValueError("held_out lists a part twice")
+        if self.price_ranks and not self.show_prices:
+            raise ValueError("price_ranks: a rank follows the prices; set show_prices too")
         return self
 
     @property

@@ -120,6 +120,10 @@ def test_price_ranks_follow_the_drawn_prices_not_the_backend():
     assert price_rank_line(2.0, [1.0, 2.0]) == "Cost per call: the highest of the tools offered."
     assert price_rank_line(1.5, [1.0, 1.5, 2.0]).startswith("Cost per call: between")
     assert price_rank_line(1.0, [1.0, 1.0]) == "Cost per call: the same as every other tool offered."
+    from orchlib.configurations import ConfigurationSpace
+
+    with pytest.raises(ValueError, match="price_ranks: a rank follows the prices; set show_prices too"):
+        ConfigurationSpace(price_ranks=True)
 
 
 def test_drills_add_arithmetic_reading_questions_outside_both_splits():
