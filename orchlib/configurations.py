@@ -50,6 +50,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchlib.cards import Latency, Price, ToolCard
+from orchlib.cards.costs import price_per_call
 from orchlib.configuration_record import Configuration, OfferedTool
 from orchlib.tasks import PROFILES, Preference, Task
 from orchlib.toolnames import CARD_NAME
@@ -60,7 +61,7 @@ __all__ = ["Values", "PriceSpace", "LatencySpace", "AliasPool", "Slot", "Prefere
            "BackendInfo", "OfferedTool", "Configuration", "ConfigurationError", "draw", "bind", "bind_spaces",
            "generated_names", "AliasedTool", "EpisodeView", "for_task", "episode_view", "episode_views",
            "recorded_configurations", "backend_counts", "reward_preference", "episode_prices", "episode_toolbox",
-           "price_rank_line", "call_price", "RANK_CALL_TOKENS", "price_band", "HELD_OUT_PARTS"]
+           "price_rank_line", "call_price", "price_band", "HELD_OUT_PARTS"]
 
 HELD_OUT_PARTS = ("aliases", "prices", "backends", "sizes")
 _PRICE_CLASSES = ("per_call", "per_m_input", "per_m_output", "per_second", "per_m_reasoning", "per_m_cached_input")
@@ -579,10 +580,6 @@ class EpisodeView:
         return self.configuration.backend_of(name)
 
 
-# the call a price rank compares tools by: as many input as output tokens, at the declared latency
-RANK_CALL_TOKENS = 1000
-
-
 def price_rank_line(key: float, keys: Sequence[float]) -> str:
     """Where a tool's price per call (`key`) stands among the offered tools' (`keys`, its own included):
     lowest, highest or between. Said in words because a small policy reads a word more surely than it
@@ -598,9 +595,8 @@ def price_rank_line(key: float, keys: Sequence[float]) -> str:
 
 
 def call_price(offered: OfferedTool) -> float:
-    """What `offered` charges, at its shown prices, for a call of RANK_CALL_TOKENS input and output tokens at
-    its declared latency: the key its price rank and `heldout_summary`'s `cheapest_shown` compare."""
-    return offered.price.cost(RANK_CALL_TOKENS, RANK_CALL_TOKENS, offered.latency.seconds)
+    """What `offered` charges per call at its shown prices (`orchlib.cards.costs.price_per_call`)."""
+    return price_per_call(offered.price, offered.latency)
 
 
 def _alias_card(card: ToolCard, offered: OfferedTool, show_prices: bool, rank: str = "") -> ToolCard:

@@ -16,7 +16,7 @@ from orchlib.chat import IM_END, template_renders_tools, tools_block
 from orchlib.tasks import Preference, Task
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
-           "user_message", "assistant_prefix"]
+           "user_message", "assistant_prefix", "price_order_line"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -53,7 +53,9 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
         # its calls from 'compact' lines copies a line whole, a description inside it too
         notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
                                                   for t in tools) if tools else ""
-        tools = [{k: v for k, v in t.items() if k != "description"} for t in tools]
+        if config.price_order and len(tools) > 1:
+            notes += "\n" + price_order_line(tools)
+        tools = [{k: v for k, v in t.items() if k not in ("description", "call_price")} for t in tools]
     if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
         system, tools = system + tools_block(tools), []
     system += notes
@@ -65,6 +67,18 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
             raise ValueError(f'preference_at="system_end" needs a chat template whose system turn ends in {IM_END}')
         text = text[:end] + "\n" + preference_line(task, config) + text[end:]
     return text + assistant_prefix(task, config)
+
+
+def price_order_line(tools: list[dict]) -> str:
+    """The offered tools' names from the cheapest per call to the dearest (`tool_schemas`' brief entries carry
+    each one's `call_price`; equal prices keep the list's order).
+
+    Why a line of names: a small policy copies a name from a fixed place in its prompt (the first name
+    after this line's opening, or the last) far more surely than it compares `$0.73` with `$5.9`; the
+    order is the prices', so copying from it is reading them, whatever names and list order an episode
+    draws."""
+    ranked = sorted(tools, key=lambda t: t["call_price"])  # stable: ties keep the list's order
+    return "From the cheapest per call to the dearest: " + ", ".join(t["name"] for t in ranked) + "."
 
 
 def assistant_prefix(task: Task, config: Any) -> str:
@@ -84,6 +98,14 @@ def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
     if style in ("compact", "brief"):
         return [{"name": s["function"]["name"],
                  "arguments": list(s["function"].get("parameters", {}).get("properties", {})),
-                 **({"description": s["function"].get("description", "")} if style == "brief" else {})}
+                 **({"description": s["function"].get("description", ""),
+                     "call_price": _call_price(toolbox, s["function"]["name"])} if style == "brief" else {})}
                 for s in schemas]
     return schemas
+
+
+def _call_price(toolbox, name: str) -> float:
+    from orchlib.cards.costs import price_per_call
+
+    card = toolbox[name].card
+    return price_per_call(card.price, card.latency)

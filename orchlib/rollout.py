@@ -93,6 +93,9 @@ class RolloutConfig(Settings):
                             "(real models read them), 'compact' names and argument names only, which keeps a "
                             "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward), or "
                             "'brief': the compact list, then one line per tool with its description")
+    price_order: bool = Field(False, description="with tool_schema='brief': one more line naming the offered tools "
+                                                 "from the cheapest per call to the dearest, at the prices their "
+                                                 "cards show (`orchlib.prompting.price_order_line`)")
 
 
 def _encode(tokenizer, text: str) -> list[int]:

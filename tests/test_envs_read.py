@@ -141,3 +141,22 @@ def test_drills_add_arithmetic_reading_questions_outside_both_splits():
     assert list(by_q.values()) == [{"accuracy": "generalist", "thrifty": "specialist"}] * 12
     with pytest.raises(ValueError, match="drills must be at least 0"):
         make_read_suite(7, n_train=20, n_test=10, drills=-1)
+
+
+def test_the_price_order_line_lists_the_offered_tools_by_price_per_call(env, tiny_policy):
+    _, tok = tiny_policy
+    config = RolloutConfig(tool_schema="brief", price_order=True)
+    for task in env.train[:10] + env.test[:10]:
+        view = episode_view(env.configuration(task, 0), task, env.tools)
+        system = render_prompt(view.task, tool_schemas(view.toolbox, view.task, config.tool_schema), tok, config)
+        # by hand: a call of 1,000 input and 1,000 output tokens at the shown prices and declared latency
+        cost = {o.alias: (1000 * o.price.per_m_input + 1000 * o.price.per_m_output) / 1e6 + o.price.per_call
+                + o.price.per_second * o.latency.seconds for o in view.configuration.tools}
+        (line,) = [ln for ln in system.splitlines() if ln.startswith("From the cheapest per call to the dearest: ")]
+        assert line.removeprefix("From the cheapest per call to the dearest: ").removesuffix(".").split(", ") \
+            == sorted(cost, key=cost.get)
+        assert "call_price" not in system  # the key the line is built from is not shown
+    plain = render_prompt(view.task, tool_schemas(view.toolbox, view.task, "brief"), tok,
+                          RolloutConfig(tool_schema="brief"))
+    assert "From the cheapest" not in plain and plain.replace("\n", "") in system.replace("\n" + line, "").replace(
+        "\n", "")

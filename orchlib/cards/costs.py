@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Price", "Latency", "MAX_PRICE"]
+__all__ = ["Price", "Latency", "MAX_PRICE", "CALL_TOKENS", "price_per_call"]
 
 # The most any price may be, in USD (per call, per second, per million tokens). 1e9 per million tokens
 # is $1,000 a token: a million times the dearest output price in the price table (~$600 per million),
@@ -112,3 +112,14 @@ class Latency(BaseModel):
 def _usd(value: float) -> str:
     """0.0000083 rather than 8.3e-06: prices are read by people and small models."""
     return f"{value:g}" if value >= 1e-3 else f"{value:.10f}".rstrip("0").rstrip(".")
+
+
+# the call prices are compared by, where a prompt or a report ranks tools: as many input as output tokens
+CALL_TOKENS = 1000
+
+
+def price_per_call(price: Price, latency: Latency) -> float:
+    """USD for one call of CALL_TOKENS input and CALL_TOKENS output tokens at the declared latency: the key
+    tools' prices are ranked by (`RolloutConfig.price_order`, `ConfigurationSpace.price_ranks`,
+    `heldout_summary`'s `cheapest_shown`)."""
+    return price.cost(CALL_TOKENS, CALL_TOKENS, latency.seconds)
