@@ -45,7 +45,7 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     from orchlib.configfile import load_config
     from orchlib.engines.transformers import TransformersEngine
     from orchlib.experiments.probes import anchored_reward, reference_runs
-    from orchlib.models import load_policy
+    from orchlib.models import build_default_policy, load_policy
     from orchlib.rollout import rollout
     from orchlib.train.accel import cpu_description
     from orchlib.train.evaluation import well_formed
@@ -62,7 +62,7 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     world = load_environment(cfg)
     train, test, toolbox, reward = list(world.train), list(world.test), world.tools, world.reward
     t0 = time.perf_counter()
-    model, tok = load_policy(cfg.policy)
+    model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
     zero = rollout(world, TransformersEngine(model, tok, seed=seed), config=cfg.grpo.rollout, tasks=test, seed=seed)
     before_sft = well_formed(zero)
     t_zero = time.perf_counter() - t0

@@ -34,7 +34,8 @@ What the prompt shows, and why (a small model has to read it):
   (`Cost per call: the lowest of the tools offered.`; `ConfigurationSpace(price_ranks=True)`). A
   135 M-parameter model compares two decimals unreliably (`$0.73` against `$5.9`), and a rank it can
   match to P's words; the rank is computed from the episode's drawn prices, so it is what the prices
-  say, on held-out prices as on training's.
+  say, on held-out prices as on training's. The recipe adds `RolloutConfig(price_order=True)`: a line of
+  the names from the cheapest per call to the dearest, a fixed place to copy a name from.
 - P as its weights in the system turn (`Preference (thrifty): accuracy=1, cost=1, latency=0`), the
   profile's name included: the words and the weight on cost say the same thing twice.
 
