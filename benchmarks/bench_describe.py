@@ -265,7 +265,8 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
     print(f"seed {seed}: policy ready in {trained_s:.0f} s", flush=True)  # the seeds' processes print as they go
     rollout_config = trainer.config.rollout.model_copy(update={"tool_schema": "brief"})
     # the recipe's own split: its held-out questions are the test, its training questions describe the tools
-    suite = make_suite(seed=cfg.env.seed, **cfg.env.maker_options(), categories=tuple(RIGHT))
+    sizes = {k: v for k, v in cfg.env.maker_options().items() if k in ("n_train", "n_test")}  # a world's own
+    suite = make_suite(seed=cfg.env.seed, **sizes, categories=tuple(RIGHT))                    # options stay its
     test = [t for cat in RIGHT for t in [t for t in suite.test if t.category == cat][:n_test // len(RIGHT)]]
     names = [c.name for c in unseen_cards()]
     offer = lambda t: t.model_copy(update={"tools": names})  # noqa: E731
