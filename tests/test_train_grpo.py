@@ -166,6 +166,31 @@ def test_lora_trains_only_the_adapter_and_kl_uses_the_disabled_adapter(toy_warm)
     assert all(torch.equal(base[n], frozen[n].cpu()) for n in base)
 
 
+def test_a_lora_run_on_a_built_policy_resumes_with_its_warm_started_base_and_adapter(policy_cache, tmp_path):
+    # `orchlib train` with `policy: tiny` and `grpo.lora`: the base is built, not loaded, and its SFT warm
+    # start changed it before the adapter went on; a resumed run must get both back
+    from orchlib.models import build_default_policy
+
+    model, tok = build_default_policy("tiny", cache=policy_cache)
+    with torch.no_grad():  # a stand-in for the warm start: the base is no longer the built one
+        for p in model.parameters():
+            p.add_(0.01)
+    cfg = GRPOConfig(rollout=RolloutConfig(**TOY_ROLLOUT), learning_rate=1e-3, seed=1, lora=LoraSettings(r=4))
+    env = Environment(train=toy_tasks(), tools=toy_toolbox(), reward=Reward.from_string("name: a\nreward: outcome"))
+    trainer = Trainer((model, tok), env, cfg, policy_source="tiny")
+    engine = trainer.engine
+    _scripted(trainer, ["right", "wrong"] * 4)
+    trainer.run(2, progress=False)
+    trainer.engine = engine  # the checkpoint keeps the sampling engine's generator
+    trainer.save(tmp_path / "ckpt")
+    resumed = Trainer.resume(tmp_path / "ckpt", env)
+    saved = dict(trainer.accelerator.unwrap_model(trainer.model).named_parameters())
+    got = dict(resumed.accelerator.unwrap_model(resumed.model).named_parameters())
+    assert sorted(saved) == sorted(got) and resumed.step_count == 2
+    assert all(torch.equal(saved[n].detach().cpu(), got[n].detach().cpu()) for n in saved)
+    assert any("lora_B" in n and bool(saved[n].abs().sum() > 0) for n in saved)  # the adapter had moved
+
+
 def test_a_task_without_p_is_rewarded_under_the_p_its_prompt_shows(toy_warm):
     # the file's own default P (latency 0.5) must not leak in: the policy was shown the "default" profile
     reward = Reward.from_string("name: p\npreference:\n  latency: 0.5\nreward: outcome + P.latency")

@@ -64,7 +64,7 @@ def resume_trainer(cls, path: str | Path, env, config: GRPOConfig | None = None,
     checkpoint's); `config`, if given, replaces the saved one."""
     from pydantic import ValidationError
 
-    from orchlib.models import load_policy
+    from orchlib.models import load_policy, resolve_policy
 
     ckpt = find_checkpoint(path)  # every file checked against the manifest's SHA-256 first
     if ckpt is None:
@@ -82,9 +82,12 @@ def resume_trainer(cls, path: str | Path, env, config: GRPOConfig | None = None,
         err = e.errors()[0]
         raise CheckpointError(f"{ckpt / 'trainer_state.json'}: config.{'.'.join(map(str, err['loc']))}: "
                               f"{err['msg']}") from None
-    source = ckpt / "policy" if not config.lora else state["policy_source"]
-    trainer = cls(load_policy(source), env, config, hooks=hooks,
-                  policy_source=state["policy_source"])
+    if config.lora:  # the adapter's base, by the name it was built or loaded by; its weights (the warm start's
+        # changes included) come back with Accelerate's state below
+        model, tok, _ = resolve_policy(state["policy_source"])
+    else:
+        model, tok = load_policy(ckpt / "policy")
+    trainer = cls((model, tok), env, config, hooks=hooks, policy_source=state["policy_source"])
     if trainer.ref_model is not None and (ckpt / "reference").exists():
         ref, _ = load_policy(ckpt / "reference")
         trainer.ref_model.load_state_dict(ref.state_dict())
