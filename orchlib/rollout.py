@@ -29,7 +29,7 @@ import asyncio
 from collections import Counter
 from typing import Literal, Sequence
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from orchlib.cards.costs import MAX_PRICE
 from orchlib.chat import IM_END, IM_START, ToolCallParseError, observation_segment, parse_tool_calls
@@ -96,6 +96,13 @@ class RolloutConfig(Settings):
     price_order: bool = Field(False, description="with tool_schema='brief': one more line naming the offered tools "
                                                  "from the cheapest per call to the dearest, at the prices their "
                                                  "cards show (`orchlib.prompting.price_order_line`)")
+
+    @model_validator(mode="after")
+    def _price_order_needs_brief(self) -> RolloutConfig:
+        if self.price_order and self.tool_schema != "brief":
+            raise ValueError(f"price_order: the line follows the brief list's lines; tool_schema is "
+                             f"{self.tool_schema!r}, set it to 'brief'")
+        return self
 
 
 def _encode(tokenizer, text: str) -> list[int]:

@@ -158,5 +158,7 @@ def test_the_price_order_line_lists_the_offered_tools_by_price_per_call(env, tin
         assert "call_price" not in system  # the key the line is built from is not shown
     plain = render_prompt(view.task, tool_schemas(view.toolbox, view.task, "brief"), tok,
                           RolloutConfig(tool_schema="brief"))
+    with pytest.raises(ValueError, match="price_order: the line follows the brief list's lines"):
+        RolloutConfig(price_order=True)  # tool_schema "full": the line would be left out unsaid
     assert "From the cheapest" not in plain and plain.replace("\n", "") in system.replace("\n" + line, "").replace(
         "\n", "")
