@@ -152,9 +152,11 @@ def run_summary(reports: Mapping[str, Any], reward, settings: RunEvaluation = Ru
     for name, trajs in runs.items():  # on tool configurations: where the calls went by backend and list position
         if trajs and all(getattr(t, "configuration", None) is not None for t in trajs):
             out.setdefault("held_out", {})[name] = {p: r.model_dump() for p, r in heldout_summary(trajs).items()}
+            by_offer: dict[str, list[Any]] = defaultdict(list)
+            for t in trajs:  # one pass: each episode's key once
+                by_offer[offer_key(t)].append(t)
             out.setdefault("held_out_by_offer", {})[name] = {
-                k: {p: r.model_dump() for p, r in heldout_summary(trajs, offer=k).items()}
-                for k in sorted({offer_key(t) for t in trajs})}
+                k: {p: r.model_dump() for p, r in heldout_summary(ts).items()} for k, ts in sorted(by_offer.items())}
     for profile in sorted({_profile(t) for trajs in first.values() for t in trajs}):
         per = {n: _Runs([t for t in trajs if _profile(t) == profile]) for n, trajs in first.items()}
         for n, v in reward_across(per, reward).items():

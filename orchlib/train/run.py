@@ -118,7 +118,8 @@ def run_training(cfg: RunConfig, progress: bool = True,
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
             reports["before RL"] = _evaluate_policy(trainer, env, cfg, "before RL")
-            cosines["before RL"] = _cosine(trainer, env, cfg)
+            if cfg.evaluation.cosine is not None:
+                cosines["before RL"] = _cosine(trainer, env, cfg)
             wall["evaluate_before"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     while trainer.step_count < cfg.steps:
@@ -132,10 +133,11 @@ def run_training(cfg: RunConfig, progress: bool = True,
     if cfg.evaluation is not None:
         t0 = time.perf_counter()
         reports["after RL"] = _evaluate_policy(trainer, env, cfg, "after RL")
-        cosines["after RL"] = _cosine(trainer, env, cfg)
+        if cfg.evaluation.cosine is not None:
+            cosines["after RL"] = _cosine(trainer, env, cfg)
         reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg.grpo.rollout, cfg))
         wall["evaluate_after"] = time.perf_counter() - t0
-        _write_evaluation(out, reports, reward, cfg, wall, {k: v for k, v in cosines.items() if v is not None})
+        _write_evaluation(out, reports, reward, cfg, wall, cosines)
     return trainer
 
 
@@ -172,12 +174,10 @@ def _evaluate_policy(trainer: Trainer, env: Environment, cfg: RunConfig, name: s
         trainer.model.train()
 
 
-def _cosine(trainer: Trainer, env: Environment, cfg: RunConfig) -> dict[str, float] | None:
+def _cosine(trainer: Trainer, env: Environment, cfg: RunConfig) -> dict[str, float]:
     """`choice_cosine` of the policy as it is now, over the weights GRPO trains (LoRA's, with `grpo.lora`)."""
     from orchlib.train.evaluation import choice_cosine
 
-    if cfg.evaluation is None or cfg.evaluation.cosine is None:
-        return None
     model = trainer.accelerator.unwrap_model(trainer.model)
     return choice_cosine(model, trainer.tokenizer, env, cfg.grpo.rollout, cfg.evaluation)
 
