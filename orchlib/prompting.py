@@ -48,14 +48,14 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
     if config.show_preference and config.preference_at == "system":
         system += "\n" + preference_line(task, config)
     notes = ""
-    if config.tool_schema == "brief":
+    if config.tool_schema == "brief" and tools:
         # listed as 'compact' lists them, the descriptions below the list, one line each: a policy that learned
         # its calls from 'compact' lines copies a line whole, a description inside it too
         notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
-                                                  for t in tools) if tools else ""
-        if config.price_order and len(tools) > 1:
-            notes += "\n" + price_order_line(tools)
-        tools = [{k: v for k, v in t.items() if k not in ("description", "call_price")} for t in tools]
+                                                  for t in tools)
+    if config.price_order and len(tools) > 1:  # after the list (and the descriptions), the last line of the turn
+        notes += "\n" + price_order_line(tools)
+    tools = [{k: v for k, v in t.items() if k not in ("description", "call_price")} for t in tools]
     if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
         system, tools = system + tools_block(tools), []
     system += notes
@@ -70,8 +70,8 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
 
 
 def price_order_line(tools: list[dict]) -> str:
-    """The offered tools' names from the cheapest per call to the dearest (`tool_schemas`' brief entries carry
-    each one's `call_price`; equal prices keep the list's order).
+    """The offered tools' names from the cheapest per call to the dearest (`tool_schemas`' compact and brief
+    entries carry each one's `call_price`; equal prices keep the list's order).
 
     Why a line of names: a small policy copies a name from a fixed place in its prompt (the first name
     after this line's opening, or the last) far more surely than it compares `$0.73` with `$5.9`; the
@@ -98,8 +98,9 @@ def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
     if style in ("compact", "brief"):
         return [{"name": s["function"]["name"],
                  "arguments": list(s["function"].get("parameters", {}).get("properties", {})),
-                 **({"description": s["function"].get("description", ""),
-                     "call_price": _call_price(toolbox, s["function"]["name"])} if style == "brief" else {})}
+                 # for `price_order_line`; render_prompt shows neither key as such
+                 "call_price": _call_price(toolbox, s["function"]["name"]),
+                 **({"description": s["function"].get("description", "")} if style == "brief" else {})}
                 for s in schemas]
     return schemas
 

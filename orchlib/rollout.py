@@ -93,15 +93,15 @@ class RolloutConfig(Settings):
                             "(real models read them), 'compact' names and argument names only, which keeps a "
                             "tiny policy's prompt ~5x shorter (it learns what each tool does from the reward), or "
                             "'brief': the compact list, then one line per tool with its description")
-    price_order: bool = Field(False, description="with tool_schema='brief': one more line naming the offered tools "
-                                                 "from the cheapest per call to the dearest, at the prices their "
-                                                 "cards show (`orchlib.prompting.price_order_line`)")
+    price_order: bool = Field(False, description="with tool_schema='compact' or 'brief': one more line naming the "
+                                                 "offered tools from the cheapest per call to the dearest, at the "
+                                                 "prices their cards show (`orchlib.prompting.price_order_line`)")
 
     @model_validator(mode="after")
-    def _price_order_needs_brief(self) -> RolloutConfig:
-        if self.price_order and self.tool_schema != "brief":
-            raise ValueError(f"price_order: the line follows the brief list's lines; tool_schema is "
-                             f"{self.tool_schema!r}, set it to 'brief'")
+    def _price_order_needs_a_list(self) -> RolloutConfig:
+        if self.price_order and self.tool_schema == "full":
+            raise ValueError("price_order: the line follows the compact or brief list of tools; tool_schema is "
+                             "'full', set it to 'compact' or 'brief'")
         return self
 
 

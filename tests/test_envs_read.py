@@ -9,7 +9,7 @@ import pytest
 
 from orchlib.configurations import episode_view
 from orchlib.envs import ENVIRONMENTS, make_environment
-from orchlib.envs.read import READ_BACKENDS, TEST_FACTOR, TRAIN_FACTOR, make_read_suite
+from orchlib.envs.read import READ_BACKENDS, TEST_FACTOR, TRAIN_FACTOR, make_read_suite, read_spaces
 from orchlib.prompting import render_prompt, tool_schemas
 from orchlib.rollout import RolloutConfig
 from orchlib.train.sft import golden_trajectories
@@ -67,6 +67,24 @@ def test_test_space_holds_out_names_and_prices(env):
     for t in env.test:
         offers.setdefault(t.id.split("@")[0], set()).add(tuple(t.tools))
     assert all(len(v) == 1 for v in offers.values())
+
+
+def test_a_larger_alias_pool_grows_training_s_names_and_keeps_the_test_s():
+    from orchlib.configurations import generated_names
+
+    default_train, default_test = read_spaces(3)
+    train, test = read_spaces(3, aliases=1000)
+    names = generated_names(1100)
+    assert default_train.aliases.pool == names[:100] and default_test.aliases.pool == names[100:200]
+    assert test.aliases.pool == names[100:200]  # the held-out names do not depend on training's
+    assert train.aliases.pool == names[:100] + names[200:1100] and len(set(train.aliases.pool)) == 1000
+    assert read_spaces(3, aliases=10)[0].aliases.pool == names[:10]
+    env = make_environment("orchestra-read", seed=3, n_train=20, n_test=10, aliases=1000)
+    drawn = {a for t in env.train for k in range(3) for a in env.configuration(t, k).aliases}
+    assert drawn <= set(train.aliases.pool) and len(drawn - set(names[:100])) > 0
+    for bad in (2, 4801):
+        with pytest.raises(ValueError, match="aliases must be between 3 and 4800"):
+            read_spaces(3, aliases=bad)
 
 
 def test_the_prompt_names_no_backend(env, tiny_policy):
@@ -143,9 +161,10 @@ def test_drills_add_arithmetic_reading_questions_outside_both_splits():
         make_read_suite(7, n_train=20, n_test=10, drills=-1)
 
 
-def test_the_price_order_line_lists_the_offered_tools_by_price_per_call(env, tiny_policy):
+@pytest.mark.parametrize("schema", ["brief", "compact"])
+def test_the_price_order_line_lists_the_offered_tools_by_price_per_call(env, tiny_policy, schema):
     _, tok = tiny_policy
-    config = RolloutConfig(tool_schema="brief", price_order=True)
+    config = RolloutConfig(tool_schema=schema, price_order=True)
     for task in env.train[:10] + env.test[:10]:
         view = episode_view(env.configuration(task, 0), task, env.tools)
         system = render_prompt(view.task, tool_schemas(view.toolbox, view.task, config.tool_schema), tok, config)
@@ -156,9 +175,9 @@ def test_the_price_order_line_lists_the_offered_tools_by_price_per_call(env, tin
         assert line.removeprefix("From the cheapest per call to the dearest: ").removesuffix(".").split(", ") \
             == sorted(cost, key=cost.get)
         assert "call_price" not in system  # the key the line is built from is not shown
-    plain = render_prompt(view.task, tool_schemas(view.toolbox, view.task, "brief"), tok,
-                          RolloutConfig(tool_schema="brief"))
-    with pytest.raises(ValueError, match="price_order: the line follows the brief list's lines"):
+    plain = render_prompt(view.task, tool_schemas(view.toolbox, view.task, schema), tok,
+                          RolloutConfig(tool_schema=schema))
+    with pytest.raises(ValueError, match="price_order: the line follows the compact or brief list of tools"):
         RolloutConfig(price_order=True)  # tool_schema "full": the line would be left out unsaid
     assert "From the cheapest" not in plain and plain.replace("\n", "") in system.replace("\n" + line, "").replace(
         "\n", "")

@@ -99,18 +99,24 @@ READ_DESCRIPTIONS: dict[str, str] = {
 }
 TRAIN_FACTOR = (0.5, 1.5)  # × the list price, per episode
 TEST_FACTOR = (1.6, 3.0)   # held out: never drawn in training
-_N_ALIASES = 200           # generated names: the first half train's, the second half the test's
+_TEST_ALIASES = slice(100, 200)  # generated names the test space draws from; training's are the others
 
 
-def read_spaces(seed: int = 0) -> tuple[ConfigurationSpace, ConfigurationSpace]:
-    """(training space, held-out test space) of orchestra-read; `seed` seeds their draws."""
-    names = generated_names(_N_ALIASES)
+def read_spaces(seed: int = 0, aliases: int = 100) -> tuple[ConfigurationSpace, ConfigurationSpace]:
+    """(training space, held-out test space) of orchestra-read; `seed` seeds their draws. Training draws its
+    names from `aliases` generated names (the first 100, then from the 201st on), the test space from
+    another 100, the same whatever `aliases` is."""
+    if not 3 <= aliases <= 4800:
+        raise ValueError(f"orchestra-read: aliases must be between 3 and 4800 (the generated names less the test's "
+                         f"100), not {aliases}")
+    names = generated_names(max(aliases, 100) + 100)
+    train_names = (names[:_TEST_ALIASES.start] + names[_TEST_ALIASES.stop:])[:aliases]
     # one entry per backend; a question's own tool list keeps those it offers (descriptions: its cards')
     common = dict(seed=seed, tools=tuple(Slot(backends=(b,)) for b in READ_BACKENDS), order="drawn", show_prices=True,
                   price_ranks=True)
-    train = ConfigurationSpace(name="train", aliases=AliasPool(names=names[:_N_ALIASES // 2]),
+    train = ConfigurationSpace(name="train", aliases=AliasPool(names=train_names),
                                price=PriceSpace(factor=TRAIN_FACTOR, digits=2), **common)
-    test = ConfigurationSpace(name="held-out", aliases=AliasPool(names=names[_N_ALIASES // 2:]),
+    test = ConfigurationSpace(name="held-out", aliases=AliasPool(names=names[_TEST_ALIASES]),
                               price=PriceSpace(factor=TEST_FACTOR, digits=2), held_out=("aliases", "prices"),
                               **common)
     return train, test
@@ -162,11 +168,13 @@ def reading_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
 
 
 def make_read_suite(seed: int = 0, n_train: int = 120, n_test: int = 80,
-                    golden: Literal["reading", "counterbalanced"] = "reading", drills: int = 0) -> Suite:
+                    golden: Literal["reading", "counterbalanced"] = "reading", drills: int = 0,
+                    aliases: int = 100) -> Suite:
     """Build "orchestra-read" from orchestra-mini's arithmetic and GSM8K questions (`n_train` and `n_test`
     questions, half each; each split holds every question under both profiles), with its training and
     held-out test configuration spaces and the `brief` tool list. `drills`: that many more arithmetic
-    questions in the train split (`reading_drills`)."""
+    questions in the train split (`reading_drills`). `aliases`: how many names training draws from
+    (`read_spaces`); from a few hundred, a small policy cannot learn them by heart and has to copy them."""
     if golden not in ("reading", "counterbalanced"):
         raise ValueError(f'orchestra-read: golden must be "reading" or "counterbalanced", not {golden!r}')
     if drills < 0:
@@ -179,15 +187,16 @@ def make_read_suite(seed: int = 0, n_train: int = 120, n_test: int = 80,
     test = [t.model_copy(update={"tools": list(_offer(seed, t)),
                                  "golden": Golden(calls=[ToolCall(name=_offer(seed, t)[-1])], answer=t.answer)})
             for t in base.test]
-    train_space, test_space = read_spaces(seed)
+    train_space, test_space = read_spaces(seed, aliases)
     return Suite(name="orchestra-read", seed=seed, train=train, test=under_profiles(test, READ_PROFILES),
                  cards=cards, configurations=train_space, test_configurations=test_space)
 
 
 def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None, n_train: int = 120,
                 n_test: int = 80, golden: Literal["reading", "counterbalanced"] = "reading",
-                drills: int = 0) -> Environment:
-    """"orchestra-read" as an Environment: `make_read_suite(seed, n_train, n_test, golden, drills)
+                drills: int = 0, aliases: int = 100) -> Environment:
+    """"orchestra-read" as an Environment: `make_read_suite(seed, n_train, n_test, golden, drills, aliases)
     .environment(reward)`. Its prompts are meant for `RolloutConfig(tool_schema="brief")`
     (examples/smollm2_read.yaml sets it)."""
-    return make_read_suite(seed, n_train=n_train, n_test=n_test, golden=golden, drills=drills).environment(reward)
+    return make_read_suite(seed, n_train=n_train, n_test=n_test, golden=golden, drills=drills,
+                           aliases=aliases).environment(reward)
