@@ -56,7 +56,8 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     cfg = cfg.model_copy(update={
         "out": str(folder),
         "grpo": cfg.grpo.model_copy(update={"seed": seed}),
-        "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None})
+        "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None,
+        "order_drills": cfg.order_drills.model_copy(update={"seed": seed}) if cfg.order_drills else None})
     if (folder / "checkpoint").exists():
         raise SystemExit(f"{folder} holds a run already; give another --out")
     world = load_environment(cfg)

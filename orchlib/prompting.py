@@ -16,7 +16,8 @@ from orchlib.chat import IM_END, template_renders_tools, tools_block
 from orchlib.tasks import Preference, Task
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
-           "user_message", "assistant_prefix", "price_order_line"]
+           "user_message", "assistant_prefix", "price_order_line",
+           "PRICE_ORDER_OPENING"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -69,6 +70,9 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
     return text + assistant_prefix(task, config)
 
 
+PRICE_ORDER_OPENING = "From the cheapest per call to the dearest: "
+
+
 def price_order_line(tools: list[dict]) -> str:
     """The offered tools' names from the cheapest per call to the dearest (`tool_schemas`' compact and brief
     entries carry each one's `call_price`; equal prices keep the list's order).
@@ -78,7 +82,7 @@ def price_order_line(tools: list[dict]) -> str:
     order is the prices', so copying from it is reading them, whatever names and list order an episode
     draws."""
     ranked = sorted(tools, key=lambda t: t["call_price"])  # stable: ties keep the list's order
-    return "From the cheapest per call to the dearest: " + ", ".join(t["name"] for t in ranked) + "."
+    return PRICE_ORDER_OPENING + ", ".join(t["name"] for t in ranked) + "."
 
 
 def assistant_prefix(task: Task, config: Any) -> str:

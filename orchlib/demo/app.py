@@ -29,7 +29,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Callable
+
 
 from orchlib.atomic import write_text_atomic
 from orchlib.chat import IM_END
@@ -45,6 +45,7 @@ from orchlib.experiments.probes import anchored_reward, choice_gap, reference_ru
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import PROFILES, Golden, Task, under_profiles
 from orchlib.trajectory import ToolCall, write_jsonl
+from orchlib.train.drills import gate_with_margin  # noqa: F401  (re-exported: the demo's phase 1 gate)
 
 __all__ = ["demo_suite", "run_demo", "format_checks", "profile_cosine", "gate_with_margin", "reading_drills",
            "reading_toolbox", "as_reading", "under",
@@ -72,21 +73,6 @@ def copy_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
     rng = random.Random(f"copy-drills:{seed}")
     tasks = [t for t in arithmetic_tasks(rng, n + len(exclude)) if t.prompt not in exclude][:n]
     return [t.model_copy(update={"preference": PROFILES[rng.choice(DEMO_PROFILES)]}) for t in tasks]
-
-
-def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: int, every: int) -> Callable[[], bool]:
-    """An `sft_train(until=...)` check, called every `every` steps: False until `measure()` first reaches
-    `gate`, then True once `margin_steps` more steps have run. Ending at the gate itself left the phases
-    after it on the edge of an abrupt transition, and where that edge fell turned on float rounding."""
-    state = {"calls": 0, "met_at": None}
-
-    def until() -> bool:
-        state["calls"] += 1
-        if state["met_at"] is None and measure() >= gate:
-            state["met_at"] = state["calls"]
-        return state["met_at"] is not None and (state["calls"] - state["met_at"]) * every >= margin_steps
-
-    return until
 
 
 def copy_examples(tasks: list[Task], tokenizer) -> list:

@@ -37,6 +37,7 @@ from orchlib.train.evaluation import RunEvaluation
 from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin, require_trust
+from orchlib.train.drills import OrderDrillConfig
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
@@ -53,6 +54,11 @@ class RunConfig(Settings):
     steps: int = Field(20, ge=0, description="GRPO steps")
     warm_start: SFTConfig | None = Field(default_factory=SFTConfig, description="SFT on golden trajectories "
                                          "first; null to skip (a real instruction model needs none)")
+    order_drills: OrderDrillConfig | None = Field(None, description="before the warm start, drills that teach a "
+                                                  "policy trained from scratch to copy the name P asks for from the "
+                                                  "price-order line (`orchlib.train.drills`); null: none")
+    warm_start_episodes: int = Field(1, ge=1, description="golden trajectories per train task, each under its own "
+                                     "episode's configuration (more names, orders and prices to copy from)")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     hooks: HooksPlugin | None = Field(None, description="training hooks by import path, e.g. `{from: "
                                       "'orchlib.experiments.variants:VariantConfig', with: {paired_profiles: "
@@ -110,10 +116,11 @@ def run_training(cfg: RunConfig, progress: bool = True,
     wall: dict[str, float] = {}
     reports: dict[str, Any] = {}
     cosines: dict[str, Any] = {}
+    warm: dict[str, Any] = {}
     if find_checkpoint(ckpt):
         trainer = Trainer.resume(ckpt, env, hooks=hooks)
     else:
-        model, tok = warm_started_policy(cfg, env, progress, wall)
+        model, tok = warm_started_policy(cfg, env, progress, wall, warm)
         trainer = Trainer((model, tok), env, cfg.grpo, hooks=hooks, policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
@@ -137,15 +144,16 @@ def run_training(cfg: RunConfig, progress: bool = True,
             cosines["after RL"] = _cosine(trainer, env, cfg)
         reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg.grpo.rollout, cfg))
         wall["evaluate_after"] = time.perf_counter() - t0
-        _write_evaluation(out, reports, reward, cfg, wall, cosines)
+        _write_evaluation(out, reports, reward, cfg, wall, cosines, warm)
     return trainer
 
 
 def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
-                        wall: dict[str, float] | None = None):
-    """(model, tokenizer): the run's policy, loaded, after its SFT warm start (`cfg.warm_start`) on the
-    golden trajectories of `env`'s train tasks, rendered as `cfg.grpo.rollout` renders prompts. `wall`, if given,
-    gets the seconds of "load" and "warm_start"."""
+                        wall: dict[str, float] | None = None, record: dict[str, Any] | None = None):
+    """(model, tokenizer): the run's policy, loaded, after its order drills (`cfg.order_drills`) and its SFT
+    warm start (`cfg.warm_start`) on the golden trajectories of `env`'s train tasks, rendered as
+    `cfg.grpo.rollout` renders prompts. `wall`, if given, gets the seconds of "load", "order_drills" and
+    "warm_start"; `record` gets "order_drills": its steps and held-out accuracy."""
     from orchlib.models import build_default_policy, load_policy
     from orchlib.train.sft import golden_trajectories, sft_train
 
@@ -153,11 +161,21 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
     t0 = time.perf_counter()
     model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
     wall["load"] = time.perf_counter() - t0
+    if cfg.order_drills is not None:
+        from orchlib.train.drills import drill_order
+
+        test_space = env.test_configurations
+        held_out = test_space.aliases.pool if test_space is not None and test_space.aliases is not None else ()
+        drilled = drill_order(model, tok, cfg.order_drills, exclude=held_out, progress=progress)
+        model.train()
+        wall["order_drills"] = drilled.pop("seconds")
+        if record is not None:
+            record["order_drills"] = drilled
     if cfg.warm_start is not None:
         t0 = time.perf_counter()
         with_golden = [t for t in env.train if t.golden is not None]
         gold = golden_trajectories(with_golden, env.tools, tok, cfg.grpo.rollout, seed=cfg.warm_start.seed,
-                                   configurations=env.configuration_space)
+                                   per_task=cfg.warm_start_episodes, configurations=env.configuration_space)
         sft_train(model, tok, gold, cfg.warm_start, progress=progress)
         wall["warm_start"] = time.perf_counter() - t0
     return model, tok
@@ -190,7 +208,7 @@ def _baselines(train, test, toolbox, reward, tokenizer, rollout_config, cfg: Run
 
 
 def _write_evaluation(out: Path, reports: dict[str, Any], reward, cfg: RunConfig, wall: dict[str, float],
-                      cosines: dict[str, Any]) -> None:
+                      cosines: dict[str, Any], warm: dict[str, Any] | None = None) -> None:
     from orchlib.atomic import write_text_atomic
     from orchlib.evaluate import compare
     from orchlib.train.evaluation import run_summary
@@ -199,6 +217,8 @@ def _write_evaluation(out: Path, reports: dict[str, Any], reward, cfg: RunConfig
     summary["wall_s"] = {k: round(v, 1) for k, v in wall.items()}
     if cosines:
         summary["choice_cosine"] = cosines
+    if warm:
+        summary["warm_start"] = warm
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "evaluation.json", json.dumps(summary, indent=1, sort_keys=True) + "\n")
     write_text_atomic(out / "evaluation.txt", compare(reports) + "\n")

@@ -1,0 +1,167 @@
+"""Order drills: short supervised examples that teach a policy trained from scratch to copy a tool's name
+from the price-order line, the one P asks for.
+
+A policy that has never copied a name cannot read a configuration: given aliases that change per episode,
+the ~1 M-parameter tiny policy, trained on golden trajectories in the orchestration format alone, writes
+names it has seen (`tool_sugo` for the offered `tool_segu`) and makes no well-formed call on held-out
+names. Copying a name is learned first on a prompt a quarter as long: the system turn holds only P's line
+and the line `RolloutConfig(price_order=True)` shows (`orchlib.prompting.price_order_line`), with names
+drawn fresh per drill from thousands, so none can be learned by heart. The name the drill asks for is
+the one P's words decide: the cheapest under "thrifty", the dearest under "accuracy". None of it is a
+task's question, so no drill shows which backend a category's P calls for.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Collection, Sequence
+
+from pydantic import ConfigDict, Field
+
+from orchlib.chat import IM_END, render_assistant
+from orchlib.configurations import generated_names
+from orchlib.prompting import PRICE_ORDER_OPENING
+from orchlib.settings import Settings
+from orchlib.tasks import PROFILES
+from orchlib.train.sft import SFTConfig
+from orchlib.trajectory import ToolCall
+
+__all__ = ["OrderDrillConfig", "drill_order", "OrderDrill", "order_drills", "order_drill_prompt",
+           "order_drill_examples", "order_drill_accuracy", "DRILL_PROFILES", "gate_with_margin"]
+
+DRILL_PROFILES = ("accuracy", "thrifty")  # the profiles whose words name an end of the order line
+
+
+class OrderDrillConfig(Settings):
+    """Order drills before a warm start (`RunConfig.order_drills`): SFT on `n` drills until `gate` of
+    `held_out` more (on names a test never shows) are answered exactly, then `margin_steps` more."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    n: int = Field(4000, ge=1, description="drills to train on, ~85 ids each with the tiny policy's tokenizer")
+    held_out: int = Field(64, ge=1, description="drills the gate measures, their names among the held-out ones")
+    gate: float = Field(0.95, ge=0, le=1, description="share of held-out drills answered exactly (greedy) that ends "
+                                                      "the drills; the tiny policy reached it after 1,200-1,450 steps")
+    margin_steps: int = Field(50, ge=0, description="steps more after the gate: copying appears abruptly")
+    check_every: int = Field(50, ge=1, description="steps between two measures of the gate")
+    seed: int = Field(0, description="seeds the drills' draw and the SFT")
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(max_steps=2000, batch_size=16, learning_rate=1e-3, schedule="constant",
+                                          warmup_fraction=0.02),
+        description="the drills' SFT; max_steps is its budget if the gate is never met. A constant 1e-3: at 3e-3 "
+                    "the tiny policy had copied no name after 1,300 steps")
+
+
+@dataclass(frozen=True)
+class OrderDrill:
+    """P's profile name and the offered names from the cheapest per call to the dearest."""
+
+    profile: str
+    names: tuple[str, ...]
+
+    @property
+    def answer(self) -> str:
+        """The name P asks for: the cheapest under "thrifty", the dearest under "accuracy"."""
+        return self.names[0] if self.profile == "thrifty" else self.names[-1]
+
+
+def order_drills(seed: int, n: int, exclude: Collection[str] = (),
+                 sizes: Sequence[int] = (2, 2, 3)) -> list[OrderDrill]:
+    """`n` drills, each under a profile of DRILL_PROFILES and offering `sizes`-many names (one drawn per
+    drill), the names drawn from the generated ones (`orchlib.configurations.generated_names`) less
+    `exclude` (the held-out names a test shows), so the drills never show a name the test measures."""
+    if n < 0:
+        raise ValueError(f"order_drills: n must be at least 0, not {n}")
+    pool = [name for name in generated_names(4900) if name not in set(exclude)]
+    if not sizes or min(sizes) < 2 or max(sizes) > len(pool):
+        raise ValueError(f"order_drills: each size must be from 2 to {len(pool)} (the names left), not {list(sizes)}")
+    rng = random.Random(f"order-drills:{seed}")
+    return [OrderDrill(rng.choice(DRILL_PROFILES), tuple(rng.sample(pool, rng.choice(sizes)))) for _ in range(n)]
+
+
+def order_drill_prompt(drill: OrderDrill, tokenizer) -> str:
+    """The drill's prompt through the chat template: P's line and the order line in the system turn, a
+    bare request in the user turn, ready to generate."""
+    system = PROFILES[drill.profile].render(weights=True) + "\n" + PRICE_ORDER_OPENING + ", ".join(drill.names) + "."
+    return tokenizer.apply_chat_template([{"role": "system", "content": system},
+                                          {"role": "user", "content": "Call one tool."}],
+                                         add_generation_prompt=True, tokenize=False)
+
+
+def order_drill_examples(drills: Sequence[OrderDrill], tokenizer) -> list:
+    """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
+    from orchlib.train.sft import SFTExample
+
+    out = []
+    for d in drills:
+        head = tokenizer.encode(order_drill_prompt(d, tokenizer), add_special_tokens=False)
+        reply = tokenizer.encode(render_assistant("", [ToolCall(name=d.answer)]) + IM_END, add_special_tokens=False)
+        out.append(SFTExample(head + reply, [0] * len(head) + [1] * len(reply)))
+    return out
+
+
+def order_drill_accuracy(engine, drills: Sequence[OrderDrill], max_new_tokens: int = 32) -> float:
+    """Greedy: the share of `drills` whose reply calls exactly their answer (and nothing else)."""
+    from orchlib.chat import parse_tool_calls
+    from orchlib.engines import SamplingParams
+
+    if not drills:
+        return float("nan")
+    tok = engine.tokenizer
+    prompts = [tok.encode(order_drill_prompt(d, tok), add_special_tokens=False) for d in drills]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
+                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
+    right = 0
+    for d, o in zip(drills, outs):
+        try:
+            calls = parse_tool_calls(tok.decode(o.ids).removesuffix(IM_END))[1]
+        except ValueError:
+            continue
+        right += [c.name for c in calls] == [d.answer]
+    return right / len(drills)
+
+
+def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: int, every: int) -> Callable[[], bool]:
+    """An `sft_train(until=...)` check, called every `every` steps: False until `measure()` first reaches
+    `gate`, then True once `margin_steps` more steps have run. Ending at the gate itself left the phases
+    after it on the edge of an abrupt transition, and where that edge fell turned on float rounding."""
+    state = {"calls": 0, "met_at": None}
+
+    def until() -> bool:
+        state["calls"] += 1
+        if state["met_at"] is None and measure() >= gate:
+            state["met_at"] = state["calls"]
+        return state["met_at"] is not None and (state["calls"] - state["met_at"]) * every >= margin_steps
+
+    return until
+
+
+def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[str] = (),
+                progress: bool = True) -> dict[str, float]:
+    """Train `model` in place on `config.n` order drills until the gate (see OrderDrillConfig); `exclude`:
+    names the drills must not show (a test's held-out aliases), which the held-out drills are drawn from
+    instead. Returns {"steps", "accuracy" (held-out, at the end), "seconds"}."""
+    import time
+
+    from orchlib.engines import TransformersEngine
+    from orchlib.train.sft import sft_train
+
+    t0 = time.perf_counter()
+    exclude = set(exclude)
+    drills = order_drills(config.seed, config.n, exclude)
+    if len(exclude) >= 3:  # the gate measures names training never showed, as a held-out test does
+        pool = sorted(exclude)
+        rng = random.Random(f"order-drills:held-out:{config.seed}")
+        held = [OrderDrill(rng.choice(DRILL_PROFILES), tuple(rng.sample(pool, rng.choice((2, 2, 3)))))
+                for _ in range(config.held_out)]
+    else:
+        held = order_drills(config.seed + 1, config.held_out)
+    engine = TransformersEngine(model, tokenizer, seed=config.seed)
+    report = sft_train(model, tokenizer, order_drill_examples(drills, tokenizer),
+                       config.sft.model_copy(update={"seed": config.seed}), progress=progress,
+                       until=gate_with_margin(lambda: order_drill_accuracy(engine, held), config.gate,
+                                              config.margin_steps, config.check_every),
+                       check_every=config.check_every, desc="order drills")
+    model.eval()
+    accuracy = order_drill_accuracy(engine, held)
+    return {"steps": float(len(report.losses)), "accuracy": accuracy, "seconds": time.perf_counter() - t0}

@@ -1,0 +1,121 @@
+"""Order drills (orchlib.train.drills): what each drill asks for, its prompt and its SFT example, and the
+accuracy check, on drills and replies written by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchlib.chat import IM_END, render_assistant
+from orchlib.configurations import generated_names
+from orchlib.engines.base import GenerateResult, Generation
+from orchlib.prompting import price_order_line
+from orchlib.train.drills import (OrderDrill, order_drill_accuracy, order_drill_examples, order_drill_prompt,
+                                  order_drills)
+from orchlib.trajectory import ToolCall
+
+
+def test_the_answer_is_the_end_of_the_line_that_p_names():
+    assert OrderDrill("thrifty", ("tool_a", "tool_b", "tool_c")).answer == "tool_a"
+    assert OrderDrill("accuracy", ("tool_a", "tool_b", "tool_c")).answer == "tool_c"
+    assert OrderDrill("accuracy", ("tool_a", "tool_b")).answer == "tool_b"
+
+
+def test_drills_draw_fresh_names_and_leave_the_excluded_out():
+    held_out = set(generated_names(200)[100:])
+    drills = order_drills(5, 600, exclude=held_out)
+    assert drills == order_drills(5, 600, exclude=held_out) and drills != order_drills(6, 600, exclude=held_out)
+    assert {len(d.names) for d in drills} == {2, 3}
+    assert all(len(set(d.names)) == len(d.names) for d in drills)
+    names = {n for d in drills for n in d.names}
+    assert not names & held_out and len(names) > 1000  # far too many to learn by heart
+    profiles = [d.profile for d in drills]
+    assert 240 < profiles.count("thrifty") < 360 and set(profiles) == {"accuracy", "thrifty"}
+    assert order_drills(5, 0) == []
+    with pytest.raises(ValueError, match="n must be at least 0"):
+        order_drills(5, -1)
+    with pytest.raises(ValueError, match="each size must be from 2"):
+        order_drills(5, 3, sizes=(1, 2))
+
+
+def test_the_prompt_shows_p_and_the_line_the_rollout_shows(tiny_policy):
+    _, tok = tiny_policy
+    drill = OrderDrill("thrifty", ("tool_kemo", "tool_nupo", "tool_bada"))
+    prompt = order_drill_prompt(drill, tok)
+    # the rollout's own line for three tools whose prices per call rise in this order
+    line = price_order_line([{"name": n, "call_price": p} for n, p in zip(drill.names, (0.001, 0.02, 0.3))])
+    assert line + IM_END in prompt.splitlines()  # the system turn's last line
+    assert "Preference (thrifty): accuracy=1, cost=1, latency=0" in prompt.splitlines()
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_the_example_trains_on_the_call_alone(tiny_policy):
+    _, tok = tiny_policy
+    drills = [OrderDrill("accuracy", ("tool_kemo", "tool_nupo")), OrderDrill("thrifty", ("tool_bada", "tool_lisu"))]
+    for d, ex in zip(drills, order_drill_examples(drills, tok)):
+        n = ex.mask.index(1)
+        assert set(ex.mask[:n]) == {0} and set(ex.mask[n:]) == {1}
+        assert tok.decode(ex.ids[:n]) == order_drill_prompt(d, tok)
+        assert tok.decode(ex.ids[n:]) == render_assistant("", [ToolCall(name=d.answer)]) + IM_END
+
+
+class _Replies:
+    """An engine that answers each prompt with the next written reply."""
+
+    def __init__(self, tokenizer, replies: list[str]):
+        self.tokenizer, self.replies = tokenizer, replies
+
+    def generate(self, prompts, params, stop_ids=None):
+        assert params.temperature == 0.0 and len(prompts) == len(self.replies)
+        return GenerateResult([Generation(self.tokenizer.encode(r, add_special_tokens=False), [], "stop")
+                               for r in self.replies], seconds=0.0)
+
+
+def test_accuracy_counts_exactly_the_answer_called_alone(tiny_policy):
+    _, tok = tiny_policy
+    drills = [OrderDrill("thrifty", ("tool_kemo", "tool_nupo"))] * 5
+    call = render_assistant("", [ToolCall(name="tool_kemo")]) + IM_END
+    replies = [call,                                                                  # right
+               render_assistant("", [ToolCall(name="tool_nupo")]) + IM_END,          # the other end
+               render_assistant("", [ToolCall(name="tool_kemu")]) + IM_END,          # miscopied
+               render_assistant("", [ToolCall(name="tool_kemo"), ToolCall(name="tool_nupo")]) + IM_END,  # two
+               '<tool_call>{"name": "tool_kemo"' + IM_END]                           # cut short
+    assert order_drill_accuracy(_Replies(tok, replies), drills) == pytest.approx(1 / 5)
+    assert order_drill_accuracy(_Replies(tok, [call] * 5), drills) == 1.0
+
+
+def test_drill_order_trains_the_policy_for_its_budget_and_reports_it(tiny_policy):
+    import copy
+
+    import torch
+
+    from orchlib.train.drills import OrderDrillConfig, drill_order
+    from orchlib.train.sft import SFTConfig
+
+    model, tok = tiny_policy
+    model = copy.deepcopy(model)
+    before = [p.detach().clone() for p in model.parameters()]
+    # the gate is never measured within the budget (check_every > max_steps): the budget ends the drills
+    cfg = OrderDrillConfig(n=48, held_out=4, check_every=100, sft=SFTConfig(max_steps=3, batch_size=8))
+    got = drill_order(model, tok, cfg, exclude=generated_names(200)[100:], progress=False)
+    assert got["steps"] == 3 and 0 <= got["accuracy"] <= 1 and got["seconds"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_run_drills_before_its_warm_start_and_records_it(tmp_path):
+    import json
+
+    from orchlib.train.drills import OrderDrillConfig
+    from orchlib.train.run import RunConfig, run_training
+    from orchlib.train.sft import SFTConfig
+
+    cfg = RunConfig.model_validate({
+        "policy": "tiny", "env": {"name": "orchestra-read", "seed": 3, "n_train": 4, "n_test": 4,
+                                  "options": {"aliases": 400}, "reward": "rewards/toolorchestra.yaml"},
+        "order_drills": OrderDrillConfig(n=32, held_out=4, check_every=100, sft=SFTConfig(max_steps=2, batch_size=8)),
+        "warm_start_episodes": 2, "warm_start": {"max_steps": 1, "batch_size": 4}, "steps": 1,
+        "grpo": {"tasks_per_step": 1, "group_size": 2,
+                 "rollout": {"max_turns": 1, "max_new_tokens": 8, "tool_schema": "compact", "price_order": True}},
+        "evaluation": {"baselines": ["cheapest"]}, "out": str(tmp_path / "run")})
+    run_training(cfg, progress=False)
+    ev = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert ev["warm_start"]["order_drills"]["steps"] == 2 and "order_drills" in ev["wall_s"]
