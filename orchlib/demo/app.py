@@ -30,7 +30,6 @@ import random
 import time
 from pathlib import Path
 
-
 from orchlib.atomic import write_text_atomic
 from orchlib.chat import IM_END
 from orchlib.demo.config import (CALL_OPENING, DEMO_PROFILES, DEMO_ROLLOUT, DEMO_TOOL_NAMES, DEMO_TOOLS, EXPENSIVE,

@@ -24,7 +24,7 @@ from orchlib.configurations import generated_names
 from orchlib.prompting import PRICE_ORDER_OPENING
 from orchlib.settings import Settings
 from orchlib.tasks import PROFILES
-from orchlib.train.sft import SFTConfig
+from orchlib.train.sft import SFTConfig, SFTExample
 from orchlib.trajectory import ToolCall
 
 __all__ = ["OrderDrillConfig", "drill_order", "OrderDrill", "order_drills", "order_drill_prompt",
@@ -41,7 +41,7 @@ class OrderDrillConfig(Settings):
     n: int = Field(4000, ge=1, description="drills to train on, ~85 ids each with the tiny policy's tokenizer")
     held_out: int = Field(64, ge=1, description="drills the gate measures, their names among the held-out ones")
     gate: float = Field(0.95, ge=0, le=1, description="share of held-out drills answered exactly (greedy) that ends "
-                                                      "the drills; the tiny policy reached it after 1,200-1,450 steps")
+                                                      "the drills; the tiny policy reached it after 1,200-1,850 steps")
     margin_steps: int = Field(50, ge=0, description="steps more after the gate: copying appears abruptly")
     check_every: int = Field(50, ge=1, description="steps between two measures of the gate")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
@@ -72,10 +72,14 @@ def order_drills(seed: int, n: int, exclude: Collection[str] = (),
     `exclude` (the held-out names a test shows), so the drills never show a name the test measures."""
     if n < 0:
         raise ValueError(f"order_drills: n must be at least 0, not {n}")
-    pool = [name for name in generated_names(4900) if name not in set(exclude)]
+    excluded = set(exclude)
+    pool = [name for name in generated_names(4900) if name not in excluded]
+    return _draw(random.Random(f"order-drills:{seed}"), pool, n, sizes)
+
+
+def _draw(rng: random.Random, pool: Sequence[str], n: int, sizes: Sequence[int]) -> list[OrderDrill]:
     if not sizes or min(sizes) < 2 or max(sizes) > len(pool):
         raise ValueError(f"order_drills: each size must be from 2 to {len(pool)} (the names left), not {list(sizes)}")
-    rng = random.Random(f"order-drills:{seed}")
     return [OrderDrill(rng.choice(DRILL_PROFILES), tuple(rng.sample(pool, rng.choice(sizes)))) for _ in range(n)]
 
 
@@ -90,8 +94,6 @@ def order_drill_prompt(drill: OrderDrill, tokenizer) -> str:
 
 def order_drill_examples(drills: Sequence[OrderDrill], tokenizer) -> list:
     """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
-    from orchlib.train.sft import SFTExample
-
     out = []
     for d in drills:
         head = tokenizer.encode(order_drill_prompt(d, tokenizer), add_special_tokens=False)
@@ -150,10 +152,8 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
     exclude = set(exclude)
     drills = order_drills(config.seed, config.n, exclude)
     if len(exclude) >= 3:  # the gate measures names training never showed, as a held-out test does
-        pool = sorted(exclude)
-        rng = random.Random(f"order-drills:held-out:{config.seed}")
-        held = [OrderDrill(rng.choice(DRILL_PROFILES), tuple(rng.sample(pool, rng.choice((2, 2, 3)))))
-                for _ in range(config.held_out)]
+        held = _draw(random.Random(f"order-drills:held-out:{config.seed}"), sorted(exclude), config.held_out,
+                     (2, 2, 3))
     else:
         held = order_drills(config.seed + 1, config.held_out)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
