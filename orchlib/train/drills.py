@@ -28,9 +28,10 @@ from orchlib.train.sft import SFTConfig, SFTExample
 from orchlib.trajectory import ToolCall
 
 __all__ = ["OrderDrillConfig", "drill_order", "OrderDrill", "order_drills", "order_drill_prompt",
-           "order_drill_examples", "order_drill_accuracy", "DRILL_PROFILES", "gate_with_margin"]
+           "order_drill_examples", "order_drill_accuracy", "DRILL_PROFILES", "DRILL_SIZES", "gate_with_margin"]
 
 DRILL_PROFILES = ("accuracy", "thrifty")  # the profiles whose words name an end of the order line
+DRILL_SIZES = (2, 2, 3)  # names per drill, one drawn per drill: the orchestra worlds offer two or three tools
 
 
 class OrderDrillConfig(Settings):
@@ -66,7 +67,7 @@ class OrderDrill:
 
 
 def order_drills(seed: int, n: int, exclude: Collection[str] = (),
-                 sizes: Sequence[int] = (2, 2, 3)) -> list[OrderDrill]:
+                 sizes: Sequence[int] = DRILL_SIZES) -> list[OrderDrill]:
     """`n` drills, each under a profile of DRILL_PROFILES and offering `sizes`-many names (one drawn per
     drill), the names drawn from the generated ones (`orchlib.configurations.generated_names`) less
     `exclude` (the held-out names a test shows), so the drills never show a name the test measures."""
@@ -153,7 +154,7 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
     drills = order_drills(config.seed, config.n, exclude)
     if len(exclude) >= 3:  # the gate measures names training never showed, as a held-out test does
         held = _draw(random.Random(f"order-drills:held-out:{config.seed}"), sorted(exclude), config.held_out,
-                     (2, 2, 3))
+                     DRILL_SIZES)
     else:
         held = order_drills(config.seed + 1, config.held_out)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
@@ -161,7 +162,6 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
                        config.sft.model_copy(update={"seed": config.seed}), progress=progress,
                        until=gate_with_margin(lambda: order_drill_accuracy(engine, held), config.gate,
                                               config.margin_steps, config.check_every),
-                       check_every=config.check_every, desc="order drills")
-    model.eval()
+                       check_every=config.check_every, desc="order drills")  # ends in eval mode
     accuracy = order_drill_accuracy(engine, held)
     return {"steps": float(len(report.losses)), "accuracy": accuracy, "seconds": time.perf_counter() - t0}

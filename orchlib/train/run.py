@@ -37,7 +37,7 @@ from orchlib.train.evaluation import RunEvaluation
 from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin, require_trust
-from orchlib.train.drills import OrderDrillConfig
+from orchlib.train.drills import OrderDrillConfig, drill_order
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
@@ -162,12 +162,9 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
     model, tok = build_default_policy(cfg.policy) if cfg.policy in ("tiny", "small") else load_policy(cfg.policy)
     wall["load"] = time.perf_counter() - t0
     if cfg.order_drills is not None:
-        from orchlib.train.drills import drill_order
-
         test_space = env.test_configurations
         held_out = test_space.aliases.pool if test_space is not None and test_space.aliases is not None else ()
         drilled = drill_order(model, tok, cfg.order_drills, exclude=held_out, progress=progress)
-        model.train()
         wall["order_drills"] = drilled.pop("seconds")
         if record is not None:
             record["order_drills"] = drilled
