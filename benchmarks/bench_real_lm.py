@@ -20,13 +20,15 @@ sampled test turns of the model as it comes, to count well-formed calls before S
   (`anchored_reward`: the in-group reward of a min-max normalised reward falls as a group comes to agree);
 - wall time of each phase, and the CPU it ran on;
 - on a world of tool configurations (`examples/smollm2_read.yaml`), a second table: the share of calls to
-  the first-listed tool after SFT and after GRPO, under "thrifty" the share to the cheaper as shown of two
-  equally accurate tools, and 1 - cos of the profiles' choice gradients after SFT and after GRPO; then,
-  per seed, where the calls went on the held-out test space per profile (`format_heldout`).
+  the first-listed tool after SFT and after GRPO (over all offers, and over those of 3 tools), under
+  "thrifty" the share to the cheaper as shown of two equally accurate tools, and 1 - cos of the profiles'
+  choice gradients after SFT and after GRPO; then, per seed, where the calls went on the held-out test
+  space per profile (`format_heldout`).
 
 Bars (what the recipe must show): GSM8K controllability ≥ 30 and above the SFT-only figure, both margins
 above 0, the reward rising and ≤ 45 minutes, on every seed; on tool configurations also the first-listed
-share ≤ 45 % and the cheaper of two equally accurate tools chosen ≥ 75 % under "thrifty".
+share ≤ 45 % where 3 tools are offered (chance: a third) and the cheaper of two equally accurate tools
+chosen ≥ 75 % under "thrifty".
 """
 
 from __future__ import annotations
@@ -109,17 +111,27 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
     }
     if "held_out" in ev:  # a world of tool configurations: where the calls went on the held-out test space
         row["held_out"] = {k: ev["held_out"][k] for k in ("before RL", "after RL")}
-        calls = {k: sum(r["calls"] for r in v.values()) for k, v in row["held_out"].items()}
-        row["first_listed"] = {k: sum(r["calls"] * (r["first_listed"] or 0) for r in v.values()) / max(calls[k], 1)
-                               for k, v in row["held_out"].items()}
+        row["first_listed"] = {k: first_listed_share(v.values()) for k, v in row["held_out"].items()}
+        # the bar's share: episodes offering three tools, where a policy blind to the order calls the first a
+        # third of the time (on two-tool offers, half; and a small test's drawn orders are not exactly even)
+        row["first_listed_3"] = {k: first_listed_share(n for offer, profiles in v.items() if offer.count("+") == 2
+                                                       for n in profiles.values())
+                                 for k, v in ev["held_out_by_offer"].items()}
         equal = ev["held_out_by_offer"]["after RL"].get(EQUALLY_ACCURATE, {}).get("thrifty")
         row["thrifty_cheaper_equal"] = None if equal is None else equal["cheapest_shown"]
-        row["bars"]["first_listed<=45"] = row["first_listed"]["after RL"] <= 0.45
+        row["bars"]["first_listed<=45"] = row["first_listed_3"]["after RL"] <= 0.45
         row["bars"]["thrifty_cheaper>=75"] = (row["thrifty_cheaper_equal"] or 0) >= 0.75
     if "choice_cosine" in ev:
         row["one_minus_cos"] = {k: v["one_minus_mean"] for k, v in ev["choice_cosine"].items()}
     (folder / "bench_row.json").write_text(json.dumps(row, indent=1))
     return row
+
+
+def first_listed_share(numbers) -> float:
+    """The share of calls to the first-listed tool over held-out numbers (dicts of `HeldoutNumbers`' fields)."""
+    numbers = list(numbers)
+    calls = sum(n["calls"] for n in numbers)
+    return sum(n["calls"] * (n["first_listed"] or 0) for n in numbers) / max(calls, 1)
 
 
 def table(rows: list[dict]) -> str:
@@ -139,16 +151,19 @@ def table(rows: list[dict]) -> str:
 
 
 def reading_table(rows: list[dict]) -> str:
-    """On a world of tool configurations: per seed, first-listed share and the thrifty cheaper-as-shown share
+    """On a world of tool configurations: per seed, first-listed share (all offers, and those of 3 tools) and the
+    thrifty cheaper-as-shown share
     between equally accurate tools, and 1 - cos of the profiles' choice gradients, after SFT and after GRPO."""
-    head = ["seed", "first listed SFT", "first listed GRPO", "thrifty: cheaper of two equally right (GRPO)",
+    head = ["seed", "first listed SFT", "first listed GRPO", "of 3 offered SFT", "of 3 offered GRPO",
+            "thrifty: cheaper of two equally right (GRPO)",
             "1 - cos SFT", "1 - cos GRPO"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     pct = lambda v: "—" if v is None else f"{100 * v:.0f} %"  # noqa: E731
     cos = lambda r, k: f"{r['one_minus_cos'][k]:.2e}" if k in r.get("one_minus_cos", {}) else "—"  # noqa: E731
     for r in rows:
         lines.append("| " + " | ".join([str(r["seed"]), pct(r["first_listed"]["before RL"]),
-                                        pct(r["first_listed"]["after RL"]), pct(r["thrifty_cheaper_equal"]),
+                                        pct(r["first_listed"]["after RL"]), pct(r["first_listed_3"]["before RL"]),
+                                        pct(r["first_listed_3"]["after RL"]), pct(r["thrifty_cheaper_equal"]),
                                         cos(r, "before RL"), cos(r, "after RL")]) + " |")
     return "\n".join(lines)
 
