@@ -40,9 +40,10 @@ $(VENV)/.model-$(HASH): $(VENV)/.core-$(HASH)
 demo: $(VENV)/.core-$(HASH)
 	$(BIN)/orchlib demo $(ARGS)
 
-# The real-model recipe: SFT then the paper's GRPO on SmolLM2-135M-Instruct, evaluated before and after.
+# The real-model recipe: order drills, SFT, then the paper's GRPO on SmolLM2-135M-Instruct in a world of tool
+# configurations, evaluated on held-out ones before and after RL.
 real: $(VENV)/.model-$(HASH)
-	$(BIN)/orchlib train --config examples/smollm2_choice.yaml $(ARGS)
+	$(BIN)/orchlib train --config examples/smollm2_read.yaml $(ARGS)
 
 info: $(VENV)/.core-$(HASH)
 	$(BIN)/orchlib info

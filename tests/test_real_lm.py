@@ -223,6 +223,41 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
         assert cos["n"] == 2 and -1 <= cos["min"] <= cos["mean"] <= 1 and cos["one_minus_mean"] == 1 - cos["mean"]
 
 
+def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurations(tmp_path, policy_cache,
+                                                                                     monkeypatch):
+    """`make real`'s recipe as shipped (orchestra-read: order drills, SFT, the paper's GRPO, an evaluation on
+    the held-out space), run whole with the tiny policy in the model's place and small counts: the drills run
+    for their budget before the warm start, and evaluation.json holds the held-out numbers per profile."""
+    import json
+
+    from orchlib.configfile import load_config
+    from orchlib.shipped import shipped_path
+    from orchlib.train.run import RunConfig, run_training
+
+    cfg = load_config(shipped_path("recipes/smollm2_read.yaml"), RunConfig)
+    assert cfg.policy == "smollm2" and cfg.env.world == "orchestra-read" and cfg.hooks is None
+    assert cfg.order_drills is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
+    assert (cfg.grpo.rollout.tool_schema, cfg.grpo.rollout.price_order) == ("compact", True)
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    small = cfg.model_copy(update={
+        "policy": "tiny", "steps": 1, "save_every": 1, "out": str(tmp_path),
+        "env": cfg.env.model_copy(update={"n_train": 4, "n_test": 4}),
+        "order_drills": cfg.order_drills.model_copy(update={
+            "n": 16, "held_out": 4, "sft": cfg.order_drills.sft.model_copy(update={"max_steps": 2})}),
+        "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
+        "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": 1, "group_size": 2}),
+        "evaluation": cfg.evaluation.model_copy(update={"baselines": ("cheapest",), "cosine_tasks": 2})})
+    run_training(small, progress=False)
+    ev = json.loads((tmp_path / "evaluation.json").read_text())
+    assert ev["warm_start"]["order_drills"]["steps"] == 2
+    assert set(ev["wall_s"]) == {"load", "order_drills", "warm_start", "evaluate_before", "grpo", "evaluate_after"}
+    for when in ("before RL", "after RL"):
+        assert set(ev["held_out"][when]) == {"accuracy", "thrifty"}
+        # each of the 4 test questions once under each profile
+        assert sum(n["episodes"] for n in ev["held_out"][when].values()) == 8
+        assert sum(n["episodes"] for offer in ev["held_out_by_offer"][when].values() for n in offer.values()) == 8
+
+
 @needs_wheel
 def test_a_person_talks_to_the_real_model_in_the_user_panel(smollm2):
     """The UserPanel driven by SmolLM2 itself (not a script): the model's turns, whatever it samples, are

@@ -196,7 +196,7 @@ def environment(seed: int = 0, reward: RewardFunction | str | Path | None = None
                 n_test: int = 80, golden: Literal["reading", "counterbalanced"] = "reading",
                 drills: int = 0, aliases: int = 100) -> Environment:
     """"orchestra-read" as an Environment: `make_read_suite(seed, n_train, n_test, golden, drills, aliases)
-    .environment(reward)`. Its prompts are meant for `RolloutConfig(tool_schema="brief")`
-    (examples/smollm2_read.yaml sets it)."""
+    .environment(reward)`. Its prompts are meant for `RolloutConfig(tool_schema="brief")`, or
+    `"compact"` with `price_order=True` (examples/smollm2_read.yaml and tiny_read.yaml set that)."""
     return make_read_suite(seed, n_train=n_train, n_test=n_test, golden=golden, drills=drills,
                            aliases=aliases).environment(reward)
