@@ -151,12 +151,11 @@ def table(rows: list[dict]) -> str:
 
 
 def reading_table(rows: list[dict]) -> str:
-    """On a world of tool configurations: per seed, first-listed share (all offers, and those of 3 tools) and the
-    thrifty cheaper-as-shown share
-    between equally accurate tools, and 1 - cos of the profiles' choice gradients, after SFT and after GRPO."""
+    """On a world of tool configurations: per seed, the first-listed share (all offers, and those of 3 tools),
+    the thrifty cheaper-as-shown share between equally accurate tools, and 1 - cos of the profiles' choice
+    gradients, after SFT and after GRPO."""
     head = ["seed", "first listed SFT", "first listed GRPO", "of 3 offered SFT", "of 3 offered GRPO",
-            "thrifty: cheaper of two equally right (GRPO)",
-            "1 - cos SFT", "1 - cos GRPO"]
+            "thrifty: cheaper of two equally right (GRPO)", "1 - cos SFT", "1 - cos GRPO"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     pct = lambda v: "—" if v is None else f"{100 * v:.0f} %"  # noqa: E731
     cos = lambda r, k: f"{r['one_minus_cos'][k]:.2e}" if k in r.get("one_minus_cos", {}) else "—"  # noqa: E731
