@@ -35,7 +35,7 @@ CHECKS = {
 share = [m.get("share/right", 0.0) for m in trainer.history[:12]]
 assert len(share) == 12 and all(0.0 <= s <= 1.0 for s in share), share
 assert trainer.step_count >= 13 and len(trainer.history) == trainer.step_count  # 12, the paused run, one more
-assert real.policy == "smollm2" and real.env.world == "orchestra-choice"
+assert real.policy == "smollm2" and real.env.world == "orchestra-read" and real.order_drills is not None
 """,
     # 05 says the sweep reads P and covers more than any fixed routing, the planted price mistake is
     # caught, the bill adds up, and the typed conversation ends as typed and replays to the same end.
