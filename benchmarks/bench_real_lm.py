@@ -115,7 +115,8 @@ def run_seed(config: str, seed: int, out: Path) -> dict:
         row["first_listed"] = {k: first_listed_share(v.values()) for k, v in row["held_out"].items()}
         # the bar's share: episodes offering three tools, where a policy blind to the order calls the first a
         # third of the time (on two-tool offers, half; and a small test's drawn orders are not exactly even)
-        row["first_listed_3"] = {k: first_listed_share(n for offer, profiles in v.items() if offer.count("+") == 2
+        row["first_listed_3"] = {k: first_listed_share(n for offer, profiles in v.items()
+                                                       if len(offer.split("+")) == 3  # `offer_key`'s backends
                                                        for n in profiles.values())
                                  for k, v in ev["held_out_by_offer"].items()}
         equal = ev["held_out_by_offer"]["after RL"].get(EQUALLY_ACCURATE, {}).get("thrifty")

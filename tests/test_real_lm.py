@@ -179,6 +179,18 @@ def test_one_sft_step_and_one_grpo_step_change_the_weights(smollm2, suite):
     assert lora_before and all(not torch.equal(after[k], v) for k, v in lora_before.items())
 
 
+def _shrunk(cfg, out, tasks_per_step: int, baselines: tuple[str, ...], cosine_tasks: int):
+    """A recipe with the tiny policy in the model's place and counts small enough for a test: 4 train and 4
+    test questions, one SFT step, one GRPO step of groups of 2, the CPU's own precision."""
+    return cfg.model_copy(update={
+        "policy": "tiny", "steps": 1, "save_every": 1, "out": str(out),
+        "env": cfg.env.model_copy(update={"n_train": 4, "n_test": 4}),
+        "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
+        "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": tasks_per_step,
+                                            "group_size": 2}),
+        "evaluation": cfg.evaluation.model_copy(update={"baselines": baselines, "cosine_tasks": cosine_tasks})})
+
+
 def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tmp_path, policy_cache, monkeypatch):
     """The recipe file as shipped (no variant, SFT then GRPO, an evaluation), run whole with the tiny policy
     in the model's place and small counts: every phase runs, and evaluation.json holds the numbers the
@@ -194,12 +206,7 @@ def test_the_recipe_is_the_papers_path_and_runs_end_to_end_on_the_tiny_policy(tm
     assert cfg.warm_start is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
     assert cfg.evaluation.cosine == ("generalist", "mixtral")
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
-    small = cfg.model_copy(update={
-        "policy": "tiny", "steps": 1, "save_every": 1, "out": str(tmp_path),
-        "env": cfg.env.model_copy(update={"n_train": 4, "n_test": 4}),
-        "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
-        "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": 2, "group_size": 2}),
-        "evaluation": cfg.evaluation.model_copy(update={"baselines": ("strongest", "cheapest"), "cosine_tasks": 3})})
+    small = _shrunk(cfg, tmp_path, tasks_per_step=2, baselines=("strongest", "cheapest"), cosine_tasks=3)
     seen = []
     trainer = run_training(small, progress=False, on_step=lambda tr, report: seen.append(report.step))
     assert seen == [1] and trainer.step_count == 1 and (tmp_path / "checkpoint").is_dir()
@@ -239,14 +246,9 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
     assert cfg.order_drills is not None and cfg.grpo.lora is not None and cfg.evaluation.tool == "generalist"
     assert (cfg.grpo.rollout.tool_schema, cfg.grpo.rollout.price_order) == ("compact", True)
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
-    small = cfg.model_copy(update={
-        "policy": "tiny", "steps": 1, "save_every": 1, "out": str(tmp_path),
-        "env": cfg.env.model_copy(update={"n_train": 4, "n_test": 4}),
+    small = _shrunk(cfg, tmp_path, tasks_per_step=1, baselines=("cheapest",), cosine_tasks=2).model_copy(update={
         "order_drills": cfg.order_drills.model_copy(update={
-            "n": 16, "held_out": 4, "sft": cfg.order_drills.sft.model_copy(update={"max_steps": 2})}),
-        "warm_start": cfg.warm_start.model_copy(update={"max_steps": 1, "mixed_precision": "auto"}),
-        "grpo": cfg.grpo.model_copy(update={"mixed_precision": "auto", "tasks_per_step": 1, "group_size": 2}),
-        "evaluation": cfg.evaluation.model_copy(update={"baselines": ("cheapest",), "cosine_tasks": 2})})
+            "n": 16, "held_out": 4, "sft": cfg.order_drills.sft.model_copy(update={"max_steps": 2})})})
     run_training(small, progress=False)
     ev = json.loads((tmp_path / "evaluation.json").read_text())
     assert ev["warm_start"]["order_drills"]["steps"] == 2
