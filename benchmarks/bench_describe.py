@@ -225,11 +225,11 @@ def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps
     listed 'brief' (descriptions in the prompt): its SFT warm start, then `grpo_steps` of the paper's GRPO
     (0: the warm start alone). Returns the Trainer."""
     from orchlib.configfile import load_config
-    from orchlib.envs import make_choice_suite, make_suite
+    from orchlib.envs import make_choice_suite, make_read_suite, make_suite
     from orchlib.train.run import RunConfig, run_training
 
     cfg = load_config(config, RunConfig)
-    makers = {"orchestra-mini": make_suite, "orchestra-choice": make_choice_suite}
+    makers = {"orchestra-mini": make_suite, "orchestra-choice": make_choice_suite, "orchestra-read": make_read_suite}
     suite = makers[cfg.env.world](cfg.env.seed, **cfg.env.maker_options())
     source = f"{cfg.env.world} train split"
     cards = [describe(c, suite.train, n=describe_n, seed=seed, task_source=source).card for c in suite.cards]
@@ -239,7 +239,9 @@ def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps
                         "policy": model, "steps": grpo_steps, "evaluation": None,
                         "out": tempfile.mkdtemp(prefix="orchlib-describe-"),
                         "grpo": cfg.grpo.model_copy(update={"seed": seed, "rollout": rollout_config}),
-                        "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None})
+                        "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None,
+                        **{k: getattr(cfg, k).model_copy(update={"seed": seed})
+                           for k in ("order_drills", "evidence_drills") if getattr(cfg, k) is not None}})
     return run_training(run, progress=False, env=suite.environment(cfg.env.reward))
 
 

@@ -27,7 +27,8 @@ OUT = Path(__file__).with_name("reference.md")
 SECTIONS: list[tuple[str, list[str]]] = [
     ("Training", ["orchlib.train.run:RunConfig", "orchlib.envs.config:EnvConfig", "orchlib.train.config:GRPOConfig",
                   "orchlib.train.config:LoraSettings", "orchlib.train.sft:SFTConfig",
-                  "orchlib.train.drills:OrderDrillConfig", "orchlib.train.evaluation:RunEvaluation",
+                  "orchlib.train.drills:OrderDrillConfig", "orchlib.train.evidence:EvidenceDrillConfig",
+                  "orchlib.train.evaluation:RunEvaluation",
                   "orchlib.train.plugin:HooksPlugin"]),
     ("Experiments beyond the paper", ["orchlib.experiments.variants:VariantConfig"]),
     ("Rollouts and policies", ["orchlib.rollout:RolloutConfig", "orchlib.engines.base:SamplingParams",

@@ -3,8 +3,9 @@ preference P), then the task, rendered with the tokenizer's chat template, ready
 
 What is rendered is the run's `RolloutConfig` (`orchlib.rollout`): `system_prompt`, `tool_schema`
 (how the tools are listed), `show_preference`, `preference_style` and `preference_at` (whether, how and
-where P is shown). The rollout encodes `render_prompt`'s text once per task; the API policies, which
-take messages, get the same system text and user message (`preference_line`, `user_message`).
+where P is shown), `price_order` and `price_order_at` (a line of the tools' names by price, and where).
+The rollout encodes `render_prompt`'s text once per task; the API policies, which take messages, get the
+same system text and user message (`preference_line`, `user_message`).
 This module sits below the loop: it reads a config object and knows no engine.
 """
 
@@ -34,11 +35,22 @@ def preference_line(task: Task, config: Any) -> str:
     return shown_preference(task).render(weights=config.preference_style == "weights")
 
 
-def user_message(task: Task, config: Any) -> str:
-    """The user turn: the task, then P when `preference_at="user"`."""
+def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> str:
+    """The user turn: the task, then P when `preference_at="user"`, then the price-order line of `tools` when
+    `price_order_at="user"`."""
+    text = task.prompt
     if config.show_preference and config.preference_at == "user":
-        return task.prompt + "\n\n" + preference_line(task, config)
-    return task.prompt
+        text += "\n\n" + preference_line(task, config)
+    if _order_line_at(config, tools) == "user":
+        text += "\n" + price_order_line(tools)
+    return text
+
+
+def _order_line_at(config: Any, tools: list[dict] | None) -> str | None:
+    """Where the price-order line is rendered ("system" or "user"), or None when there is none."""
+    if not getattr(config, "price_order", False) or not tools or len(tools) < 2:
+        return None
+    return getattr(config, "price_order_at", "system")
 
 
 def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
@@ -54,13 +66,14 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
         # its calls from 'compact' lines copies a line whole, a description inside it too
         notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
                                                   for t in tools)
-    if config.price_order and len(tools) > 1:  # after the list (and the descriptions), the last line of the turn
+    if _order_line_at(config, tools) == "system":  # after the list (and the descriptions), the turn's last line
         notes += "\n" + price_order_line(tools)
+    user = user_message(task, config, tools)
     tools = [{k: v for k, v in t.items() if k not in ("description", "call_price")} for t in tools]
     if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
         system, tools = system + tools_block(tools), []
     system += notes
-    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user_message(task, config)}]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
     if config.show_preference and config.preference_at == "system_end":
         end = text.find(IM_END)

@@ -96,6 +96,11 @@ class RolloutConfig(Settings):
     price_order: bool = Field(False, description="with tool_schema='compact' or 'brief': one more line naming the "
                                                  "offered tools from the cheapest per call to the dearest, at the "
                                                  "prices their cards show (`orchlib.prompting.price_order_line`)")
+    price_order_at: Literal["system", "user"] = Field(
+        "system", description="where the price-order line goes: the end of the system turn, after the tools; or "
+                              "the end of the user turn, after the task (and after P there), the last thing read "
+                              "before the reply: a small policy copies a name from it the more surely the nearer "
+                              "it sits to where the name is written")
 
     @model_validator(mode="after")
     def _price_order_needs_a_list(self) -> RolloutConfig:

@@ -181,3 +181,22 @@ def test_the_price_order_line_lists_the_offered_tools_by_price_per_call(env, tin
         RolloutConfig(price_order=True)  # tool_schema "full": the line would be left out unsaid
     assert "From the cheapest" not in plain and plain.replace("\n", "") in system.replace("\n" + line, "").replace(
         "\n", "")
+
+
+def test_the_price_order_line_can_close_the_user_turn(env, tiny_policy):
+    _, tok = tiny_policy
+    at_system = RolloutConfig(tool_schema="compact", price_order=True, preference_at="user")
+    at_user = at_system.model_copy(update={"price_order_at": "user"})
+    task = env.test[0]
+    view = episode_view(env.configuration(task, 0), task, env.tools)
+    schemas = tool_schemas(view.toolbox, view.task, "compact")
+    before, after = (render_prompt(view.task, schemas, tok, c) for c in (at_system, at_user))
+    (line,) = [ln for ln in before.splitlines() if ln.startswith("From the cheapest per call to the dearest: ")]
+    # the same line, moved: from the system turn's end to the user turn's, after the task and P
+    user_turn = after[after.index("<|im_start|>user\n"):]
+    p_line = view.preference.render(weights=True)
+    assert user_turn == f"<|im_start|>user\n{view.task.prompt}\n\n{p_line}\n{line}<|im_end|>\n<|im_start|>assistant\n"
+    assert after.replace("\n" + line, "") == before.replace("\n" + line, "")
+    # one tool: no order to show, wherever it would go
+    alone = view.task.model_copy(update={"tools": view.task.tools[:1]})
+    assert "From the cheapest" not in render_prompt(alone, schemas[:1], tok, at_user)

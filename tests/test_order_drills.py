@@ -48,6 +48,19 @@ def test_the_prompt_shows_p_and_the_line_the_rollout_shows(tiny_policy):
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
+def test_at_user_the_lines_close_the_user_turn_as_the_rollout_places_them(tiny_policy):
+    _, tok = tiny_policy
+    drill = OrderDrill("accuracy", ("tool_kemo", "tool_nupo"))
+    prompt = order_drill_prompt(drill, tok, at="user")
+    assert prompt == ("<|im_start|>user\nCall one tool.\n\nPreference (accuracy): accuracy=1, cost=0, latency=0\n"
+                      "From the cheapest per call to the dearest: tool_kemo, tool_nupo.<|im_end|>\n"
+                      "<|im_start|>assistant\n")
+    ex = order_drill_examples([drill], tok, at="user")[0]
+    assert tok.decode(ex.ids[:ex.mask.index(1)]) == prompt
+    with pytest.raises(ValueError, match='at must be "system" or "user"'):
+        order_drill_prompt(drill, tok, at="assistant")
+
+
 def test_the_example_trains_on_the_call_alone(tiny_policy):
     _, tok = tiny_policy
     drills = [OrderDrill("accuracy", ("tool_kemo", "tool_nupo")), OrderDrill("thrifty", ("tool_bada", "tool_lisu"))]

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.prompting import preference_line
+from orchlib.prompting import PRICE_ORDER_OPENING, preference_line
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, new_tool_call
@@ -54,6 +54,9 @@ def _prompt_key(prompt_text: str) -> tuple[str, str]:
     """(task prompt, preference line) of a rendered conversation: the first user turn and the P line."""
     start = prompt_text.index(_USER) + len(_USER)
     user = prompt_text[start:prompt_text.index(IM_END, start)]
+    order = user.rfind("\n" + PRICE_ORDER_OPENING)
+    if order >= 0 and "\n" not in user[order + 1:]:  # price_order_at="user": the line closes the user turn
+        user = user[:order]
     pref = _PREF.search(prompt_text)  # in the system turn, the user turn or the assistant's prefix
     if pref is not None and start <= pref.start() < start + len(user):  # preference_at="user": P follows the task
         user = user[:pref.start() - start].removesuffix("\n\n")

@@ -159,10 +159,10 @@ class ScriptedEngine:
                                      skip_special_tokens=False)
         if self._shared is not None:
             return _Episode(self._shared, "every episode", text=text)
-        # the task's words are the last user turn of the first prompt (P may follow them)
+        # the task's words are the last user turn of the first prompt (P, the price-order line may follow them)
         start = text.rfind(f"{IM_START}user\n")
         said = text[start + len(IM_START) + 5:].split(IM_END, 1)[0] if start >= 0 else ""
-        found = [p for p in self._by_prompt if said == p or said.startswith(p + "\n\n")]
+        found = [p for p in self._by_prompt if said == p or said.startswith(p + "\n")]
         if not found:
             raise ScriptExhausted(f"no script for an episode whose task says {said[:80]!r}")
         tasks = self._by_prompt[max(found, key=len)]

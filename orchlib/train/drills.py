@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Literal, Sequence
 
 from pydantic import ConfigDict, Field
 
@@ -84,34 +84,41 @@ def _draw(rng: random.Random, pool: Sequence[str], n: int, sizes: Sequence[int])
     return [OrderDrill(rng.choice(DRILL_PROFILES), tuple(rng.sample(pool, rng.choice(sizes)))) for _ in range(n)]
 
 
-def order_drill_prompt(drill: OrderDrill, tokenizer) -> str:
-    """The drill's prompt through the chat template: P's line and the order line in the system turn, a
-    bare request in the user turn, ready to generate."""
-    system = PROFILES[drill.profile].render(weights=True) + "\n" + PRICE_ORDER_OPENING + ", ".join(drill.names) + "."
-    return tokenizer.apply_chat_template([{"role": "system", "content": system},
-                                          {"role": "user", "content": "Call one tool."}],
-                                         add_generation_prompt=True, tokenize=False)
+def order_drill_prompt(drill: OrderDrill, tokenizer, at: Literal["system", "user"] = "system") -> str:
+    """The drill's prompt through the chat template, ready to generate: P's line and the order line in the
+    system turn and a bare request in the user turn, or (`at="user"`, as `RolloutConfig(price_order_at=
+    "user")` renders a task) the request, then P's line and the order line, all in the user turn."""
+    lines = PROFILES[drill.profile].render(weights=True) + "\n" + PRICE_ORDER_OPENING + ", ".join(drill.names) + "."
+    if at == "user":
+        msgs = [{"role": "user", "content": "Call one tool.\n\n" + lines}]
+    elif at == "system":
+        msgs = [{"role": "system", "content": lines}, {"role": "user", "content": "Call one tool."}]
+    else:
+        raise ValueError(f'order drills: at must be "system" or "user", not {at!r}')
+    return tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
 
 
-def order_drill_examples(drills: Sequence[OrderDrill], tokenizer) -> list:
+def order_drill_examples(drills: Sequence[OrderDrill], tokenizer, at: Literal["system", "user"] = "system") -> list:
     """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
     out = []
     for d in drills:
-        head = tokenizer.encode(order_drill_prompt(d, tokenizer), add_special_tokens=False)
+        head = tokenizer.encode(order_drill_prompt(d, tokenizer, at), add_special_tokens=False)
         reply = tokenizer.encode(render_assistant("", [ToolCall(name=d.answer)]) + IM_END, add_special_tokens=False)
         out.append(SFTExample(head + reply, [0] * len(head) + [1] * len(reply)))
     return out
 
 
-def order_drill_accuracy(engine, drills: Sequence[OrderDrill], max_new_tokens: int = 32) -> float:
-    """Greedy: the share of `drills` whose reply calls exactly their answer (and nothing else)."""
+def order_drill_accuracy(engine, drills: Sequence[OrderDrill], max_new_tokens: int = 32,
+                         at: Literal["system", "user"] = "system") -> float:
+    """Greedy: the share of `drills` (prompted as `order_drill_prompt(..., at)`) whose reply calls exactly
+    their answer (and nothing else)."""
     from orchlib.chat import parse_tool_calls
     from orchlib.engines import SamplingParams
 
     if not drills:
         return float("nan")
     tok = engine.tokenizer
-    prompts = [tok.encode(order_drill_prompt(d, tok), add_special_tokens=False) for d in drills]
+    prompts = [tok.encode(order_drill_prompt(d, tok, at), add_special_tokens=False) for d in drills]
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
                            stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
     right = 0
@@ -140,10 +147,11 @@ def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: in
 
 
 def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[str] = (),
-                progress: bool = True) -> dict[str, float]:
+                progress: bool = True, at: Literal["system", "user"] = "system") -> dict[str, float]:
     """Train `model` in place on `config.n` order drills until the gate (see OrderDrillConfig); `exclude`:
     names the drills must not show (a test's held-out aliases), which the held-out drills are drawn from
-    instead. Returns {"steps", "accuracy" (held-out, at the end), "seconds"}."""
+    instead; `at`: where the drills' lines go (`order_drill_prompt`), as the run's rollout places the order
+    line. Returns {"steps", "accuracy" (held-out, at the end), "seconds"}."""
     import time
 
     from orchlib.engines import TransformersEngine
@@ -158,10 +166,10 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
     else:
         held = order_drills(config.seed + 1, config.held_out)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
-    report = sft_train(model, tokenizer, order_drill_examples(drills, tokenizer),
+    report = sft_train(model, tokenizer, order_drill_examples(drills, tokenizer, at),
                        config.sft.model_copy(update={"seed": config.seed}), progress=progress,
-                       until=gate_with_margin(lambda: order_drill_accuracy(engine, held), config.gate,
+                       until=gate_with_margin(lambda: order_drill_accuracy(engine, held, at=at), config.gate,
                                               config.margin_steps, config.check_every),
                        check_every=config.check_every, desc="order drills")  # ends in eval mode
-    accuracy = order_drill_accuracy(engine, held)
+    accuracy = order_drill_accuracy(engine, held, at=at)
     return {"steps": float(len(report.losses)), "accuracy": accuracy, "seconds": time.perf_counter() - t0}

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from orchlib.configurations import ConfigurationSpace
 from orchlib.env import Environment
@@ -38,6 +38,7 @@ from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin, require_trust
 from orchlib.train.drills import OrderDrillConfig, drill_order
+from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
@@ -57,6 +58,10 @@ class RunConfig(Settings):
     order_drills: OrderDrillConfig | None = Field(None, description="before the warm start, drills that teach a "
                                                   "policy trained from scratch to copy the name P asks for from the "
                                                   "price-order line (`orchlib.train.drills`); null: none")
+    evidence_drills: EvidenceDrillConfig | None = Field(None, description="after the order drills, drills that teach "
+                                                        "a policy to call the tool whose description says it is most "
+                                                        "often right on the question's kind (`orchlib.train.evidence`; "
+                                                        "the rollout must list tools `brief`); null: none")
     warm_start_episodes: int = Field(1, ge=1, description="golden trajectories per train task, each under its own "
                                      "episode's configuration (more names, orders and prices to copy from)")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
@@ -74,6 +79,13 @@ class RunConfig(Settings):
                                                       "they are")
     test_configurations: ConfigurationSpace | None = Field(None, description="those of the test tasks (held-out "
                                                            "aliases, prices, backends); empty: `configurations`")
+
+    @model_validator(mode="after")
+    def _evidence_is_read_from_brief(self) -> RunConfig:
+        if self.evidence_drills is not None and self.grpo.rollout.tool_schema != "brief":
+            raise ValueError(f"evidence_drills: the drills' descriptions are read from the 'brief' list of tools; "
+                             f"grpo.rollout.tool_schema is {self.grpo.rollout.tool_schema!r}, set it to 'brief'")
+        return self
 
 
 def load_environment(cfg: RunConfig, trust_code: bool = False) -> Environment:
@@ -150,10 +162,11 @@ def run_training(cfg: RunConfig, progress: bool = True,
 
 def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
                         wall: dict[str, float] | None = None, record: dict[str, Any] | None = None):
-    """(model, tokenizer): the run's policy, loaded, after its order drills (`cfg.order_drills`) and its SFT
-    warm start (`cfg.warm_start`) on the golden trajectories of `env`'s train tasks, rendered as
-    `cfg.grpo.rollout` renders prompts. `wall`, if given, gets the seconds of "load", "order_drills" and
-    "warm_start"; `record` gets "order_drills": its steps and held-out accuracy."""
+    """(model, tokenizer): the run's policy, loaded, after its order drills (`cfg.order_drills`), its evidence
+    drills over `env`'s train questions (`cfg.evidence_drills`) and its SFT warm start (`cfg.warm_start`) on
+    the golden trajectories of `env`'s train tasks, rendered as `cfg.grpo.rollout` renders prompts. `wall`,
+    if given, gets the seconds of "load", "order_drills", "evidence_drills" and "warm_start"; `record` gets
+    each drill's steps and held-out accuracy."""
     from orchlib.models import build_default_policy, load_policy
     from orchlib.train.sft import golden_trajectories, sft_train
 
@@ -164,10 +177,17 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
     if cfg.order_drills is not None:
         test_space = env.test_configurations
         held_out = test_space.aliases.pool if test_space is not None and test_space.aliases is not None else ()
-        drilled = drill_order(model, tok, cfg.order_drills, exclude=held_out, progress=progress)
+        drilled = drill_order(model, tok, cfg.order_drills, exclude=held_out, progress=progress,
+                              at=cfg.grpo.rollout.price_order_at)
         wall["order_drills"] = drilled.pop("seconds")
         if record is not None:
             record["order_drills"] = drilled
+    if cfg.evidence_drills is not None:
+        drilled = drill_evidence(model, tok, cfg.evidence_drills, [t for t in env.train if t.golden is not None],
+                                 cfg.grpo.rollout, progress=progress)
+        wall["evidence_drills"] = drilled.pop("seconds")
+        if record is not None:
+            record["evidence_drills"] = drilled
     if cfg.warm_start is not None:
         t0 = time.perf_counter()
         with_golden = [t for t in env.train if t.golden is not None]

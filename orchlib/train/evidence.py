@@ -1,0 +1,202 @@
+"""Evidence drills: short supervised examples that teach a policy to call the tool whose description says it
+is most often right on the kind of question asked.
+
+A policy trained on configurations learns to read the prices' order (`orchlib.train.drills`), and where the
+dearest tool is also the most accurate, that order is all it needs: it never has to read what a
+description says a tool is good at. Shown tools it never saw, at one price, it has nothing else to go by.
+Each evidence drill is a question of the world's own (a train task's words and category) offering two or
+three tools under names drawn fresh per drill, every one at the same price, each described as
+`orchlib.describe` writes measured evidence (`describe_stats.template_text`: "Right on 80% of arithmetic
+(n=10, 95% CI 49–94%), 10% of gsm8k (...); mean cost $0.0004, mean latency 5 s."), with success rates
+drawn per drill and per category, other categories among them. The golden call is the tool most often
+right on the question's category, by a clear margin, under either profile: at one price that is what P
+asks for. Names, rates and positions change from drill to drill, so the only rule to learn is reading
+the line of the question's kind; no drill shows a real backend, so none shows a choice a test measures.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Collection, Sequence
+
+from pydantic import ConfigDict, Field
+
+from orchlib.chat import IM_END, render_assistant
+from orchlib.configurations import generated_names
+from orchlib.describe_stats import ToolStats, Trial, summarise, template_text
+from orchlib.prompting import render_prompt
+from orchlib.settings import Settings
+from orchlib.tasks import PROFILES, Task
+from orchlib.train.drills import gate_with_margin
+from orchlib.train.sft import SFTConfig, SFTExample
+from orchlib.trajectory import ToolCall
+
+__all__ = ["EvidenceDrillConfig", "EvidenceDrill", "evidence_drills", "evidence_drill_prompt",
+           "evidence_drill_examples", "evidence_drill_accuracy", "drill_evidence", "OTHER_CATEGORIES"]
+
+# Categories a drill's descriptions may also report, beside the question's own and the world's: the line to
+# read is the question's kind, not the one number shown.
+OTHER_CATEGORIES = ("lookup", "code", "trivia", "translation", "logic")
+_PROFILES = ("accuracy", "thrifty")  # at one price both ask for the most accurate tool
+
+
+class EvidenceDrillConfig(Settings):
+    """Evidence drills before a warm start (`RunConfig.evidence_drills`): SFT on `n` drills until `gate` of
+    `held_out` more (on names and questions the drills never show) are answered exactly, then
+    `margin_steps` more. The run's rollout must list tools `brief` (the descriptions in the prompt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    n: int = Field(1000, ge=1, description="drills to train on")
+    held_out: int = Field(64, ge=1, description="drills the gate measures: other names, other questions")
+    gate: float = Field(0.9, ge=0, le=1, description="share of held-out drills answered exactly (greedy) that ends "
+                                                     "the drills")
+    margin_steps: int = Field(10, ge=0, description="steps more after the gate")
+    check_every: int = Field(10, ge=1, description="steps between two measures of the gate")
+    margin: float = Field(0.25, gt=0, lt=1, description="the right tool's success rate beats every other's by at "
+                                                        "least this much: the evidence is clear, not a coin")
+    seed: int = Field(0, description="seeds the drills' draw and the SFT")
+    sft: SFTConfig = Field(
+        default_factory=lambda: SFTConfig(max_steps=300, batch_size=8, learning_rate=1e-4, schedule="constant",
+                                          warmup_fraction=0.0),
+        description="the drills' SFT; max_steps is its budget if the gate is never met")
+
+
+@dataclass(frozen=True)
+class EvidenceDrill:
+    """A question (its words and category) under a profile, and the offered tools' names and evidence, in
+    list order."""
+
+    question: str
+    category: str
+    profile: str
+    names: tuple[str, ...]
+    stats: tuple[ToolStats, ...]
+
+    @property
+    def answer(self) -> str:
+        """The tool most often right on the question's category."""
+        rates = [s.categories[self.category].success_rate for s in self.stats]
+        return self.names[rates.index(max(rates))]
+
+
+def _stats(rng: random.Random, name: str, categories: Sequence[str], rates: dict[str, float], cost: float,
+           latency: float) -> ToolStats:
+    """ToolStats as `orchlib.describe` would measure them: n trials per category at the drawn rate."""
+    trials = []
+    for cat in categories:
+        n = rng.randint(8, 20)
+        right = round(rates[cat] * n)
+        trials += [Trial(task_id=f"{cat}-{i}", category=cat, right=i < right, cost_usd=cost, latency_s=latency,
+                         error=None, input="", output="") for i in range(n)]
+    return summarise(name, trials, examples=0)
+
+
+def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], categories: Sequence[str],
+          n: int, margin: float) -> list[EvidenceDrill]:
+    out = []
+    while len(out) < n:
+        q = rng.choice(questions)
+        k = rng.choice((2, 3, 3))
+        shown = sorted({q.category, *rng.sample([c for c in categories if c != q.category], rng.randint(1, 2))})
+        names = tuple(rng.sample(pool, k))
+        rates = [{c: rng.randint(0, 10) / 10 for c in shown} for _ in names]
+        cost, latency = rng.choice((0.00005, 0.0002, 0.0009, 0.004)), rng.choice((1, 2, 5, 12))
+        stats = tuple(_stats(rng, nm, shown, r, cost, latency) for nm, r in zip(names, rates))
+        own = sorted(s.categories[q.category].success_rate for s in stats)  # as shown, whole trials
+        if own[-1] - own[-2] < margin - 1e-9:  # the evidence must decide
+            continue
+        out.append(EvidenceDrill(q.prompt, q.category, rng.choice(_PROFILES), names, stats))
+    return out
+
+
+def evidence_drills(seed: int, n: int, questions: Sequence[Task], exclude: Collection[str] = (),
+                    margin: float = 0.25) -> list[EvidenceDrill]:
+    """`n` drills over `questions` (their words and categories), the names drawn from the generated ones
+    without their `tool_` prefix (`orchlib.configurations.generated_names`) less `exclude`."""
+    if n < 0:
+        raise ValueError(f"evidence_drills: n must be at least 0, not {n}")
+    if not questions:
+        raise ValueError("evidence_drills: no questions to drill on")
+    excluded = set(exclude)
+    pool = [name for name in generated_names(4900, prefix="") if name not in excluded]
+    categories = sorted({q.category for q in questions} | set(OTHER_CATEGORIES))
+    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), categories, n, margin)
+
+
+def _tools(drill: EvidenceDrill) -> list[dict]:
+    """The drill's tools as `orchlib.prompting.tool_schemas` lists them `brief`: one price for all."""
+    return [{"name": name, "arguments": [], "call_price": 0.0,
+             "description": f"{name.capitalize()}: answers the question itself; its answer is final. "
+                            f"{template_text(stats)}"}
+            for name, stats in zip(drill.names, drill.stats)]
+
+
+def evidence_drill_prompt(drill: EvidenceDrill, tokenizer, rollout) -> str:
+    """The drill's prompt, rendered as `rollout` (a RolloutConfig listing tools `brief`) renders a task."""
+    if rollout.tool_schema != "brief":
+        raise ValueError(f"evidence drills: the descriptions are read from the 'brief' list of tools; the rollout "
+                         f"lists them {rollout.tool_schema!r}")
+    task = Task(id="evidence-drill", prompt=drill.question, category=drill.category,
+                preference=PROFILES[drill.profile])
+    return render_prompt(task, _tools(drill), tokenizer, rollout)
+
+
+def evidence_drill_examples(drills: Sequence[EvidenceDrill], tokenizer, rollout) -> list[SFTExample]:
+    """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
+    out = []
+    for d in drills:
+        head = tokenizer.encode(evidence_drill_prompt(d, tokenizer, rollout), add_special_tokens=False)
+        reply = tokenizer.encode(render_assistant("", [ToolCall(name=d.answer)]) + IM_END, add_special_tokens=False)
+        out.append(SFTExample(head + reply, [0] * len(head) + [1] * len(reply)))
+    return out
+
+
+def evidence_drill_accuracy(engine, drills: Sequence[EvidenceDrill], rollout, max_new_tokens: int = 32) -> float:
+    """Greedy: the share of `drills` whose reply calls exactly their answer (and nothing else)."""
+    from orchlib.chat import parse_tool_calls
+    from orchlib.engines import SamplingParams
+
+    if not drills:
+        return float("nan")
+    tok = engine.tokenizer
+    prompts = [tok.encode(evidence_drill_prompt(d, tok, rollout), add_special_tokens=False) for d in drills]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
+                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
+    right = 0
+    for d, o in zip(drills, outs):
+        try:
+            calls = parse_tool_calls(tok.decode(o.ids).removesuffix(IM_END))[1]
+        except ValueError:
+            continue
+        right += [c.name for c in calls] == [d.answer]
+    return right / len(drills)
+
+
+def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Sequence[Task], rollout,
+                   held_out_questions: Sequence[Task] = (), progress: bool = True) -> dict[str, float]:
+    """Train `model` in place on `config.n` evidence drills over `questions` until the gate (see
+    EvidenceDrillConfig). The gate's drills take their names from a set the training drills never draw and
+    their questions from `held_out_questions` (else from `questions`). Returns {"steps", "accuracy"
+    (held-out, at the end), "seconds"}."""
+    import time
+
+    from orchlib.engines import TransformersEngine
+    from orchlib.train.sft import sft_train
+
+    t0 = time.perf_counter()
+    names = generated_names(4900, prefix="")
+    gate_names = set(names[-300:])  # the last 300 generated names: the gate's alone
+    drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin)
+    pool = [n for n in names if n in gate_names]
+    categories = sorted({q.category for q in questions} | set(OTHER_CATEGORIES))
+    held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), pool,
+                 list(held_out_questions or questions), categories, config.held_out, config.margin)
+    engine = TransformersEngine(model, tokenizer, seed=config.seed)
+    report = sft_train(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout),
+                       config.sft.model_copy(update={"seed": config.seed}), progress=progress,
+                       until=gate_with_margin(lambda: evidence_drill_accuracy(engine, held, rollout), config.gate,
+                                              config.margin_steps, config.check_every),
+                       check_every=config.check_every, desc="evidence drills")  # ends in eval mode
+    accuracy = evidence_drill_accuracy(engine, held, rollout)
+    return {"steps": float(len(report.losses)), "accuracy": accuracy, "seconds": time.perf_counter() - t0}

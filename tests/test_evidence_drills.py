@@ -1,0 +1,135 @@
+"""Evidence drills (orchlib.train.evidence): what each drill asks for, what its prompt shows, its SFT example
+and the accuracy check, on drills and replies written by hand; a run drills before its warm start."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from orchlib.chat import IM_END, render_assistant
+from orchlib.configurations import generated_names
+from orchlib.describe_stats import Trial, summarise
+from orchlib.engines.base import GenerateResult, Generation
+from orchlib.rollout import RolloutConfig
+from orchlib.tasks import Task
+from orchlib.train.evidence import (OTHER_CATEGORIES, EvidenceDrill, evidence_drill_accuracy, evidence_drill_examples,
+                                    evidence_drill_prompt, evidence_drills)
+from orchlib.trajectory import ToolCall
+
+BRIEF = RolloutConfig(tool_schema="brief", price_order=True, max_turns=1,
+                      system_prompt="You are an orchestrator. Call one tool; its answer is final.")
+QUESTIONS = [Task(id=f"a{i}", prompt=f"What is {i} + {2 * i}?", category="arithmetic") for i in range(6)] + \
+            [Task(id=f"g{i}", prompt=f"Ann has {i} apples and buys {i + 3} more. How many?", category="gsm8k")
+             for i in range(6)]
+
+
+def _stats(name: str, right: dict[str, tuple[int, int]]):
+    """A tool's evidence written by hand: per category, (right, tried)."""
+    trials = [Trial(task_id=f"{c}{i}", category=c, right=i < r, cost_usd=0.001, latency_s=2.0, error=None,
+                    input="", output="") for c, (r, n) in right.items() for i in range(n)]
+    return summarise(name, trials, examples=0)
+
+
+def _drill(category="arithmetic", profile="thrifty"):
+    stats = (_stats("kemo", {"arithmetic": (2, 10), "gsm8k": (9, 10)}),
+             _stats("nupo", {"arithmetic": (9, 10), "gsm8k": (3, 10)}),
+             _stats("bada", {"arithmetic": (5, 10), "gsm8k": (5, 10)}))
+    question = QUESTIONS[0] if category == "arithmetic" else QUESTIONS[6]
+    return EvidenceDrill(question.prompt, category, profile, ("kemo", "nupo", "bada"), stats)
+
+
+def test_the_answer_is_the_tool_most_often_right_on_the_questions_kind():
+    assert _drill("arithmetic").answer == "nupo"
+    assert _drill("gsm8k").answer == "kemo"
+    assert _drill("gsm8k", "accuracy").answer == "kemo"  # one price: both profiles ask for the same
+
+
+def test_drills_draw_fresh_names_clear_evidence_and_other_categories():
+    held_out = set(generated_names(4900, prefix="")[-300:])
+    drills = evidence_drills(5, 300, QUESTIONS, exclude=held_out)
+    assert drills == evidence_drills(5, 300, QUESTIONS, exclude=held_out)
+    assert drills != evidence_drills(6, 300, QUESTIONS, exclude=held_out)
+    names = {n for d in drills for n in d.names}
+    assert not names & held_out and len(names) > 500 and {len(d.names) for d in drills} == {2, 3}
+    by_prompt = {q.prompt: q.category for q in QUESTIONS}
+    for d in drills:
+        assert by_prompt[d.question] == d.category
+        rates = sorted((s.categories[d.category].success_rate for s in d.stats), reverse=True)
+        assert rates[0] - rates[1] >= 0.25 - 1e-9  # as shown: the evidence decides
+        shown = set(d.stats[0].categories)
+        assert d.category in shown and len(shown) >= 2 and all(set(s.categories) == shown for s in d.stats)
+    # the answer's place in the list is drawn, as is the other categories reported
+    assert {d.names.index(d.answer) for d in drills} == {0, 1, 2}
+    assert {c for d in drills for c in d.stats[0].categories} - {"arithmetic", "gsm8k"} == set(OTHER_CATEGORIES)
+    assert {d.profile for d in drills} == {"accuracy", "thrifty"}
+    with pytest.raises(ValueError, match="n must be at least 0"):
+        evidence_drills(5, -1, QUESTIONS)
+    with pytest.raises(ValueError, match="no questions"):
+        evidence_drills(5, 3, [])
+
+
+def test_the_prompt_lists_each_tool_with_its_evidence_at_one_price(tiny_policy):
+    _, tok = tiny_policy
+    prompt = evidence_drill_prompt(_drill(), tok, BRIEF)
+    lines = prompt.splitlines()
+    for name in ("kemo", "nupo", "bada"):
+        assert f'{{"name": "{name}", "arguments": []}}' in lines
+    (nupo,) = [ln for ln in lines if ln.startswith("nupo: ")]
+    assert nupo == ("nupo: Nupo: answers the question itself; its answer is final. Right on 90% of arithmetic "
+                    "(n=10, 95% CI 60–98%), 30% of gsm8k (n=10, 95% CI 11–60%); mean cost $0.001, mean latency 2 s.")
+    # one price: the order line keeps the list's order, so it says nothing of which to call
+    assert "From the cheapest per call to the dearest: kemo, nupo, bada." in lines
+    assert "Preference (thrifty): accuracy=1, cost=1, latency=0" in lines
+    assert prompt.endswith(f"{QUESTIONS[0].prompt}{IM_END}\n<|im_start|>assistant\n")
+    with pytest.raises(ValueError, match="read from the 'brief' list"):
+        evidence_drill_prompt(_drill(), tok, RolloutConfig(tool_schema="compact"))
+
+
+def test_the_example_trains_on_the_call_alone(tiny_policy):
+    _, tok = tiny_policy
+    drills = [_drill("arithmetic"), _drill("gsm8k", "accuracy")]
+    for d, ex in zip(drills, evidence_drill_examples(drills, tok, BRIEF)):
+        n = ex.mask.index(1)
+        assert set(ex.mask[:n]) == {0} and set(ex.mask[n:]) == {1}
+        assert tok.decode(ex.ids[:n]) == evidence_drill_prompt(d, tok, BRIEF)
+        assert tok.decode(ex.ids[n:]) == render_assistant("", [ToolCall(name=d.answer)]) + IM_END
+
+
+class _Replies:
+    def __init__(self, tokenizer, replies: list[str]):
+        self.tokenizer, self.replies = tokenizer, replies
+
+    def generate(self, prompts, params, stop_ids=None):
+        assert params.temperature == 0.0 and len(prompts) == len(self.replies)
+        return GenerateResult([Generation(self.tokenizer.encode(r, add_special_tokens=False), [], "stop")
+                               for r in self.replies], seconds=0.0)
+
+
+def test_accuracy_counts_exactly_the_answer_called_alone(tiny_policy):
+    _, tok = tiny_policy
+    drills = [_drill("arithmetic")] * 4
+    call = lambda *names: render_assistant("", [ToolCall(name=n) for n in names]) + IM_END  # noqa: E731
+    replies = [call("nupo"), call("kemo"), call("nupo", "bada"), '<tool_call>{"name": "nupo"' + IM_END]
+    assert evidence_drill_accuracy(_Replies(tok, replies), drills, BRIEF) == pytest.approx(1 / 4)
+
+
+def test_a_run_drills_evidence_before_its_warm_start_and_records_it(tmp_path):
+    import json
+
+    from orchlib.train.run import RunConfig, run_training
+
+    spec = {
+        "policy": "tiny", "env": {"name": "orchestra-read", "seed": 3, "n_train": 4, "n_test": 4,
+                                  "options": {"aliases": 400}, "reward": "rewards/toolorchestra.yaml"},
+        "evidence_drills": {"n": 16, "held_out": 4, "check_every": 100, "sft": {"max_steps": 2, "batch_size": 4}},
+        "warm_start": {"max_steps": 1, "batch_size": 4}, "steps": 1,
+        "grpo": {"tasks_per_step": 1, "group_size": 2,
+                 "rollout": {"max_turns": 1, "max_new_tokens": 8, "tool_schema": "brief", "price_order": True}},
+        "evaluation": {"baselines": ["cheapest"]}, "out": str(tmp_path / "run")}
+    run_training(RunConfig.model_validate(spec), progress=False)
+    ev = json.loads((tmp_path / "run" / "evaluation.json").read_text())
+    assert ev["warm_start"]["evidence_drills"]["steps"] == 2 and "evidence_drills" in ev["wall_s"]
+    spec["grpo"]["rollout"]["tool_schema"] = "compact"
+    with pytest.raises(ValueError, match=re.escape("grpo.rollout.tool_schema is 'compact', set it to 'brief'")):
+        RunConfig.model_validate(spec)
