@@ -98,9 +98,9 @@ class RolloutConfig(Settings):
                                                  "prices their cards show (`orchlib.prompting.price_order_line`)")
     price_order_at: Literal["system", "user"] = Field(
         "system", description="where the price-order line goes: the end of the system turn, after the tools; or "
-                              "the end of the user turn, after the task (and after P there), the last thing read "
-                              "before the reply: a small policy copies a name from it the more surely the nearer "
-                              "it sits to where the name is written")
+                              "the end of the user turn, after the task (and after P there), the last line before "
+                              "the reply (order drills follow it; which a policy reads best depends on the policy: "
+                              "the tiny policy's drills met their gate later in the user turn)")
 
     @model_validator(mode="after")
     def _price_order_needs_a_list(self) -> RolloutConfig:

@@ -43,12 +43,12 @@ _PROFILES = ("accuracy", "thrifty")  # at one price both ask for the most accura
 
 class EvidenceDrillConfig(Settings):
     """Evidence drills before a warm start (`RunConfig.evidence_drills`): SFT on `n` drills until `gate` of
-    `held_out` more (on names and questions the drills never show) are answered exactly, then
-    `margin_steps` more. The run's rollout must list tools `brief` (the descriptions in the prompt)."""
+    `held_out` more (on names the drills never show) are answered exactly, then `margin_steps` more. The
+    run's rollout must list tools `brief` (the descriptions in the prompt)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     n: int = Field(1000, ge=1, description="drills to train on")
-    held_out: int = Field(64, ge=1, description="drills the gate measures: other names, other questions")
+    held_out: int = Field(64, ge=1, description="drills the gate measures, on names the drills never show")
     gate: float = Field(0.9, ge=0, le=1, description="share of held-out drills answered exactly (greedy) that ends "
                                                      "the drills")
     margin_steps: int = Field(10, ge=0, description="steps more after the gate")
