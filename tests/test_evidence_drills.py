@@ -10,12 +10,12 @@ import pytest
 from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
 from orchlib.describe_stats import Trial, summarise
-from orchlib.engines.base import GenerateResult, Generation
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task
 from orchlib.train.evidence import (OTHER_CATEGORIES, EvidenceDrill, evidence_drill_accuracy, evidence_drill_examples,
                                     evidence_drill_prompt, evidence_drills)
 from orchlib.trajectory import ToolCall
+from written_replies import WrittenReplies
 
 BRIEF = RolloutConfig(tool_schema="brief", price_order=True, max_turns=1,
                       system_prompt="You are an orchestrator. Call one tool; its answer is final.")
@@ -96,22 +96,12 @@ def test_the_example_trains_on_the_call_alone(tiny_policy):
         assert tok.decode(ex.ids[n:]) == render_assistant("", [ToolCall(name=d.answer)]) + IM_END
 
 
-class _Replies:
-    def __init__(self, tokenizer, replies: list[str]):
-        self.tokenizer, self.replies = tokenizer, replies
-
-    def generate(self, prompts, params, stop_ids=None):
-        assert params.temperature == 0.0 and len(prompts) == len(self.replies)
-        return GenerateResult([Generation(self.tokenizer.encode(r, add_special_tokens=False), [], "stop")
-                               for r in self.replies], seconds=0.0)
-
-
 def test_accuracy_counts_exactly_the_answer_called_alone(tiny_policy):
     _, tok = tiny_policy
     drills = [_drill("arithmetic")] * 4
     call = lambda *names: render_assistant("", [ToolCall(name=n) for n in names]) + IM_END  # noqa: E731
     replies = [call("nupo"), call("kemo"), call("nupo", "bada"), '<tool_call>{"name": "nupo"' + IM_END]
-    assert evidence_drill_accuracy(_Replies(tok, replies), drills, BRIEF) == pytest.approx(1 / 4)
+    assert evidence_drill_accuracy(WrittenReplies(tok, replies), drills, BRIEF) == pytest.approx(1 / 4)
 
 
 def test_a_run_drills_evidence_before_its_warm_start_and_records_it(tmp_path):

@@ -7,11 +7,11 @@ import pytest
 
 from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
-from orchlib.engines.base import GenerateResult, Generation
 from orchlib.prompting import price_order_line
 from orchlib.train.drills import (OrderDrill, order_drill_accuracy, order_drill_examples, order_drill_prompt,
                                   order_drills)
 from orchlib.trajectory import ToolCall
+from written_replies import WrittenReplies
 
 
 def test_the_answer_is_the_end_of_the_line_that_p_names():
@@ -71,18 +71,6 @@ def test_the_example_trains_on_the_call_alone(tiny_policy):
         assert tok.decode(ex.ids[n:]) == render_assistant("", [ToolCall(name=d.answer)]) + IM_END
 
 
-class _Replies:
-    """An engine that answers each prompt with the next written reply."""
-
-    def __init__(self, tokenizer, replies: list[str]):
-        self.tokenizer, self.replies = tokenizer, replies
-
-    def generate(self, prompts, params, stop_ids=None):
-        assert params.temperature == 0.0 and len(prompts) == len(self.replies)
-        return GenerateResult([Generation(self.tokenizer.encode(r, add_special_tokens=False), [], "stop")
-                               for r in self.replies], seconds=0.0)
-
-
 def test_accuracy_counts_exactly_the_answer_called_alone(tiny_policy):
     _, tok = tiny_policy
     drills = [OrderDrill("thrifty", ("tool_kemo", "tool_nupo"))] * 5
@@ -92,8 +80,8 @@ def test_accuracy_counts_exactly_the_answer_called_alone(tiny_policy):
                render_assistant("", [ToolCall(name="tool_kemu")]) + IM_END,          # miscopied
                render_assistant("", [ToolCall(name="tool_kemo"), ToolCall(name="tool_nupo")]) + IM_END,  # two
                '<tool_call>{"name": "tool_kemo"' + IM_END]                           # cut short
-    assert order_drill_accuracy(_Replies(tok, replies), drills) == pytest.approx(1 / 5)
-    assert order_drill_accuracy(_Replies(tok, [call] * 5), drills) == 1.0
+    assert order_drill_accuracy(WrittenReplies(tok, replies), drills) == pytest.approx(1 / 5)
+    assert order_drill_accuracy(WrittenReplies(tok, [call] * 5), drills) == 1.0
 
 
 def test_drill_order_trains_the_policy_for_its_budget_and_reports_it(tiny_policy):

@@ -28,7 +28,8 @@ from orchlib.train.sft import SFTConfig, SFTExample
 from orchlib.trajectory import ToolCall
 
 __all__ = ["OrderDrillConfig", "drill_order", "OrderDrill", "order_drills", "order_drill_prompt",
-           "order_drill_examples", "order_drill_accuracy", "DRILL_PROFILES", "DRILL_SIZES", "gate_with_margin"]
+           "order_drill_examples", "order_drill_accuracy", "DRILL_PROFILES", "DRILL_SIZES", "gate_with_margin",
+           "call_example", "exact_call_share", "drill_to_gate"]
 
 DRILL_PROFILES = ("accuracy", "thrifty")  # the profiles whose words name an end of the order line
 DRILL_SIZES = (2, 2, 3)  # names per drill, one drawn per drill: the orchestra worlds offer two or three tools
@@ -98,37 +99,45 @@ def order_drill_prompt(drill: OrderDrill, tokenizer, at: Literal["system", "user
     return tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
 
 
+def call_example(prompt: str, name: str, tokenizer) -> SFTExample:
+    """A drill's SFT example: `prompt`, then the call of `name` with no arguments, the loss on the call alone."""
+    head = tokenizer.encode(prompt, add_special_tokens=False)
+    reply = tokenizer.encode(render_assistant("", [ToolCall(name=name)]) + IM_END, add_special_tokens=False)
+    return SFTExample(head + reply, [0] * len(head) + [1] * len(reply))
+
+
+def exact_call_share(engine, prompts: Sequence[str], answers: Sequence[str], max_new_tokens: int = 32) -> float:
+    """Greedy: the share of `prompts` whose reply calls exactly their answer's name (and nothing else)."""
+    from orchlib.chat import parse_tool_calls
+    from orchlib.engines import SamplingParams
+
+    if not prompts:
+        return float("nan")
+    tok = engine.tokenizer
+    ids = [tok.encode(p, add_special_tokens=False) for p in prompts]
+    outs = engine.generate(ids, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
+                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
+    right = 0
+    for answer, o in zip(answers, outs):
+        try:
+            calls = parse_tool_calls(tok.decode(o.ids).removesuffix(IM_END))[1]
+        except ValueError:
+            continue
+        right += [c.name for c in calls] == [answer]
+    return right / len(prompts)
+
+
 def order_drill_examples(drills: Sequence[OrderDrill], tokenizer, at: Literal["system", "user"] = "system") -> list:
     """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
-    out = []
-    for d in drills:
-        head = tokenizer.encode(order_drill_prompt(d, tokenizer, at), add_special_tokens=False)
-        reply = tokenizer.encode(render_assistant("", [ToolCall(name=d.answer)]) + IM_END, add_special_tokens=False)
-        out.append(SFTExample(head + reply, [0] * len(head) + [1] * len(reply)))
-    return out
+    return [call_example(order_drill_prompt(d, tokenizer, at), d.answer, tokenizer) for d in drills]
 
 
 def order_drill_accuracy(engine, drills: Sequence[OrderDrill], max_new_tokens: int = 32,
                          at: Literal["system", "user"] = "system") -> float:
     """Greedy: the share of `drills` (prompted as `order_drill_prompt(..., at)`) whose reply calls exactly
     their answer (and nothing else)."""
-    from orchlib.chat import parse_tool_calls
-    from orchlib.engines import SamplingParams
-
-    if not drills:
-        return float("nan")
-    tok = engine.tokenizer
-    prompts = [tok.encode(order_drill_prompt(d, tok, at), add_special_tokens=False) for d in drills]
-    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
-                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
-    right = 0
-    for d, o in zip(drills, outs):
-        try:
-            calls = parse_tool_calls(tok.decode(o.ids).removesuffix(IM_END))[1]
-        except ValueError:
-            continue
-        right += [c.name for c in calls] == [d.answer]
-    return right / len(drills)
+    return exact_call_share(engine, [order_drill_prompt(d, engine.tokenizer, at) for d in drills],
+                            [d.answer for d in drills], max_new_tokens)
 
 
 def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: int, every: int) -> Callable[[], bool]:
@@ -155,7 +164,6 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
     import time
 
     from orchlib.engines import TransformersEngine
-    from orchlib.train.sft import sft_train
 
     t0 = time.perf_counter()
     exclude = set(exclude)
@@ -166,10 +174,21 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
     else:
         held = order_drills(config.seed + 1, config.held_out)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
-    report = sft_train(model, tokenizer, order_drill_examples(drills, tokenizer, at),
-                       config.sft.model_copy(update={"seed": config.seed}), progress=progress,
-                       until=gate_with_margin(lambda: order_drill_accuracy(engine, held, at=at), config.gate,
-                                              config.margin_steps, config.check_every),
-                       check_every=config.check_every, desc="order drills")  # ends in eval mode
-    accuracy = order_drill_accuracy(engine, held, at=at)
-    return {"steps": float(len(report.losses)), "accuracy": accuracy, "seconds": time.perf_counter() - t0}
+    return drill_to_gate(model, tokenizer, order_drill_examples(drills, tokenizer, at), config,
+                         lambda: order_drill_accuracy(engine, held, at=at), "order drills", progress, t0)
+
+
+def drill_to_gate(model, tokenizer, examples: Sequence[SFTExample], config, measure: Callable[[], float], desc: str,
+                  progress: bool, t0: float) -> dict[str, float]:
+    """SFT on a drill's `examples` (`config.sft`, seeded by `config.seed`) until `measure()` reaches
+    `config.gate`, then `config.margin_steps` more, measured every `config.check_every` steps. Returns
+    {"steps", "accuracy" (`measure()` at the end), "seconds" (since `t0`)}."""
+    import time
+
+    from orchlib.train.sft import sft_train
+
+    report = sft_train(model, tokenizer, examples, config.sft.model_copy(update={"seed": config.seed}),
+                       progress=progress, until=gate_with_margin(measure, config.gate, config.margin_steps,
+                                                                  config.check_every),
+                       check_every=config.check_every, desc=desc)  # ends in eval mode
+    return {"steps": float(len(report.losses)), "accuracy": measure(), "seconds": time.perf_counter() - t0}

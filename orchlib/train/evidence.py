@@ -22,15 +22,13 @@ from typing import Collection, Sequence
 
 from pydantic import ConfigDict, Field
 
-from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
 from orchlib.describe_stats import ToolStats, Trial, summarise, template_text
 from orchlib.prompting import render_prompt
 from orchlib.settings import Settings
 from orchlib.tasks import PROFILES, Task
-from orchlib.train.drills import gate_with_margin
+from orchlib.train.drills import call_example, drill_to_gate, exact_call_share
 from orchlib.train.sft import SFTConfig, SFTExample
-from orchlib.trajectory import ToolCall
 
 __all__ = ["EvidenceDrillConfig", "EvidenceDrill", "evidence_drills", "evidence_drill_prompt",
            "evidence_drill_examples", "evidence_drill_accuracy", "drill_evidence", "OTHER_CATEGORIES"]
@@ -144,33 +142,13 @@ def evidence_drill_prompt(drill: EvidenceDrill, tokenizer, rollout) -> str:
 
 def evidence_drill_examples(drills: Sequence[EvidenceDrill], tokenizer, rollout) -> list[SFTExample]:
     """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
-    out = []
-    for d in drills:
-        head = tokenizer.encode(evidence_drill_prompt(d, tokenizer, rollout), add_special_tokens=False)
-        reply = tokenizer.encode(render_assistant("", [ToolCall(name=d.answer)]) + IM_END, add_special_tokens=False)
-        out.append(SFTExample(head + reply, [0] * len(head) + [1] * len(reply)))
-    return out
+    return [call_example(evidence_drill_prompt(d, tokenizer, rollout), d.answer, tokenizer) for d in drills]
 
 
 def evidence_drill_accuracy(engine, drills: Sequence[EvidenceDrill], rollout, max_new_tokens: int = 32) -> float:
     """Greedy: the share of `drills` whose reply calls exactly their answer (and nothing else)."""
-    from orchlib.chat import parse_tool_calls
-    from orchlib.engines import SamplingParams
-
-    if not drills:
-        return float("nan")
-    tok = engine.tokenizer
-    prompts = [tok.encode(evidence_drill_prompt(d, tok, rollout), add_special_tokens=False) for d in drills]
-    outs = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0),
-                           stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
-    right = 0
-    for d, o in zip(drills, outs):
-        try:
-            calls = parse_tool_calls(tok.decode(o.ids).removesuffix(IM_END))[1]
-        except ValueError:
-            continue
-        right += [c.name for c in calls] == [d.answer]
-    return right / len(drills)
+    return exact_call_share(engine, [evidence_drill_prompt(d, engine.tokenizer, rollout) for d in drills],
+                            [d.answer for d in drills], max_new_tokens)
 
 
 def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Sequence[Task], rollout,
@@ -182,7 +160,6 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     import time
 
     from orchlib.engines import TransformersEngine
-    from orchlib.train.sft import sft_train
 
     t0 = time.perf_counter()
     names = generated_names(4900, prefix="")
@@ -193,10 +170,5 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), pool,
                  list(held_out_questions or questions), categories, config.held_out, config.margin)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
-    report = sft_train(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout),
-                       config.sft.model_copy(update={"seed": config.seed}), progress=progress,
-                       until=gate_with_margin(lambda: evidence_drill_accuracy(engine, held, rollout), config.gate,
-                                              config.margin_steps, config.check_every),
-                       check_every=config.check_every, desc="evidence drills")  # ends in eval mode
-    accuracy = evidence_drill_accuracy(engine, held, rollout)
-    return {"steps": float(len(report.losses)), "accuracy": accuracy, "seconds": time.perf_counter() - t0}
+    return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
+                         lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
