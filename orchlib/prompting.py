@@ -48,9 +48,9 @@ def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> st
 
 def _order_line_at(config: Any, tools: list[dict] | None) -> str | None:
     """Where the price-order line is rendered ("system" or "user"), or None when there is none."""
-    if not getattr(config, "price_order", False) or not tools or len(tools) < 2:
+    if not config.price_order or not tools or len(tools) < 2:
         return None
-    return getattr(config, "price_order_at", "system")
+    return config.price_order_at
 
 
 def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:

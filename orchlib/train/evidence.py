@@ -118,8 +118,12 @@ def evidence_drills(seed: int, n: int, questions: Sequence[Task], exclude: Colle
         raise ValueError("evidence_drills: no questions to drill on")
     excluded = set(exclude)
     pool = [name for name in generated_names(4900, prefix="") if name not in excluded]
-    categories = sorted({q.category for q in questions} | set(OTHER_CATEGORIES))
-    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), categories, n, margin)
+    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), _categories(questions), n, margin)
+
+
+def _categories(questions: Sequence[Task]) -> list[str]:
+    """The categories a drill's descriptions draw from: the questions' own and OTHER_CATEGORIES."""
+    return sorted({q.category for q in questions} | set(OTHER_CATEGORIES))
 
 
 def _tools(drill: EvidenceDrill) -> list[dict]:
@@ -162,13 +166,10 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     from orchlib.engines import TransformersEngine
 
     t0 = time.perf_counter()
-    names = generated_names(4900, prefix="")
-    gate_names = set(names[-300:])  # the last 300 generated names: the gate's alone
+    gate_names = generated_names(4900, prefix="")[-300:]  # the last 300 generated names: the gate's alone
     drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin)
-    pool = [n for n in names if n in gate_names]
-    categories = sorted({q.category for q in questions} | set(OTHER_CATEGORIES))
-    held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), pool,
-                 list(held_out_questions or questions), categories, config.held_out, config.margin)
+    held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), gate_names,
+                 list(held_out_questions or questions), _categories(questions), config.held_out, config.margin)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
     return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
                          lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
