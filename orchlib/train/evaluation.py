@@ -44,6 +44,10 @@ class RunEvaluation(Settings):
                                            "`low`, after the warm start and after RL (None: not measured)")
     cosine_tasks: int = Field(8, ge=1, description="test questions the cosine is averaged over (the first that "
                                                    "offer both backends)")
+    rotations: bool = Field(False, description="run every test task once under each rotation of its drawn tool "
+                            "list (`orchlib.evaluate.rotations`), the policies and the baselines alike: each offered "
+                            "tool is listed first equally often, so the first-listed share measures the order's "
+                            "pull and not where the draw put the tools a policy prefers (k runs a task for k tools)")
 
 
 def well_formed(trajs: Sequence[Any]) -> float:

@@ -122,6 +122,11 @@ def run_training(cfg: RunConfig, progress: bool = True,
     if cfg.evaluation is not None and not env.test:
         raise ValueError(f"evaluation: needs test tasks; environment {env.name!r} has none")
     tasks, test, toolbox, reward = list(env.train), list(env.test), env.tools, env.reward
+    shown = None  # the test's configurations, where the evaluation rotates each task's list
+    if cfg.evaluation is not None and cfg.evaluation.rotations:
+        from orchlib.evaluate.rotations import rotated
+
+        test, shown = rotated(env)
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
     hooks = cfg.hooks.build() if cfg.hooks is not None else Hooks()
@@ -136,7 +141,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
         trainer = Trainer((model, tok), env, cfg.grpo, hooks=hooks, policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
-            reports["before RL"] = _evaluate_policy(trainer, env, cfg, "before RL")
+            reports["before RL"] = _evaluate_policy(trainer, env, cfg, "before RL", test, shown)
             if cfg.evaluation.cosine is not None:
                 cosines["before RL"] = _cosine(trainer, env, cfg)
             wall["evaluate_before"] = time.perf_counter() - t0
@@ -151,7 +156,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
     wall["grpo"] = time.perf_counter() - t0
     if cfg.evaluation is not None:
         t0 = time.perf_counter()
-        reports["after RL"] = _evaluate_policy(trainer, env, cfg, "after RL")
+        reports["after RL"] = _evaluate_policy(trainer, env, cfg, "after RL", test, shown)
         if cfg.evaluation.cosine is not None:
             cosines["after RL"] = _cosine(trainer, env, cfg)
         reports.update(_baselines(tasks, test, toolbox, reward, trainer.tokenizer, cfg.grpo.rollout, cfg))
@@ -198,15 +203,22 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
     return model, tok
 
 
-def _evaluate_policy(trainer: Trainer, env: Environment, cfg: RunConfig, name: str):
+def _evaluate_policy(trainer: Trainer, env: Environment, cfg: RunConfig, name: str, tasks, configurations):
+    """The policy on `tasks` (the test split, or its rotated copies with their `configurations`)."""
     from orchlib.evaluate import evaluate
 
+    # the evaluation samples from the engine the GRPO steps sample from; its generator is put back after, so
+    # what training samples does not depend on whether, or on how many tasks, the run evaluates before RL
+    generator = getattr(trainer.engine, "generator", None)
+    state = generator.get_state() if generator is not None else None
     trainer.model.eval()
     try:
         return evaluate(trainer.engine, env, config=cfg.grpo.rollout, group_size=cfg.evaluation.samples, name=name,
-                        seed=cfg.grpo.seed)
+                        seed=cfg.grpo.seed, tasks=tasks, configurations=configurations)
     finally:
         trainer.model.train()
+        if state is not None:
+            generator.set_state(state)
 
 
 def _cosine(trainer: Trainer, env: Environment, cfg: RunConfig) -> dict[str, float]:
