@@ -310,7 +310,7 @@ def test_the_guide_s_snippets_run():
 
     text = (Path(__file__).parents[1] / "docs" / "configurations.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/configurations.md", "exec"), namespace)  # noqa: S102  (our own docs)
@@ -320,6 +320,13 @@ def test_the_guide_s_snippets_run():
     summary = namespace["heldout_summary"](namespace["trajs"])
     assert {p: (s.first_listed, s.well_formed) for p, s in summary.items()} == {"accuracy": (1.0, 1.0),
                                                                                  "thrifty": (1.0, 1.0)}
+    # the fourth runs it on the rotated copies: where three tools are offered, each is first, so called, a third
+    # of the time, and every episode ran once per tool it offered
+    for numbers in namespace["three"].values():
+        assert numbers.first_listed == 1.0
+        assert numbers.backend_share == {b: 1 / 3 for b in ("calculator", "generalist", "specialist")}
+    read = namespace["read"]
+    assert len(namespace["rotated_trajs"]) == sum(len(t.tools) for t in read.test) > len(read.test)
 
 
 class _ChatReadingTools:
