@@ -10,7 +10,8 @@ from demo_report_inputs import AFTER, HOSTILE, ODD_POLICY, TITLE, WANT_SHARES, h
 
 from orchlib import viz
 from orchlib.demo.html import report_html
-from orchlib.demo.report import backend_of, backend_shares, backend_shares_by_profile, table_rows, table_text
+from orchlib.demo.report import (backend_of, backend_shares, backend_shares_by_profile, objective_line, table_rows,
+                                 table_text)
 
 
 def configured(t, configuration: dict[str, str]):
@@ -105,6 +106,30 @@ def test_the_report_leads_with_the_backend_shares_then_checks_then_the_numbers_t
     # the text under the table is the printed table's, line for line (all but the checks and their caveats,
     # which the checks section shows)
     printed = table_text(metrics).splitlines()
-    assert printed[2 + len(rows)].startswith("* ToolOrchestra") and printed[-3].startswith("checks: ")
-    assert re.findall(r"<p>([^<]*)</p>", numbers) == [html.escape(line) for line in printed[2 + len(rows):-3]]
+    assert printed[0] == objective_line(metrics)  # first, printed and on the page: how GRPO trained
+    assert page.index("<p id='objective'>") < page.index("<section id='learned'>")
+    assert f"<p id='objective'>{html.escape(printed[0].capitalize())}.</p>" in page
+    assert printed[3 + len(rows)].startswith("* ToolOrchestra") and printed[-3].startswith("checks: ")
+    assert re.findall(r"<p>([^<]*)</p>", numbers) == [html.escape(line) for line in printed[3 + len(rows):-3]]
     assert re.findall(r"<p>([^<]*)</p>", checks) == [html.escape(line) for line in printed[-2:]]
+
+
+def test_the_first_line_names_the_objective_field_by_field():
+    from orchlib.demo.config import DEMO_GRPO, DemoConfig
+    from orchlib.experiments.variants import VariantConfig
+
+    std, mean_only = (DEMO_GRPO.model_copy(update={"advantage_scale": a}) for a in ("std", "none"))
+
+    def line(**settings) -> str:
+        return objective_line({"config": DemoConfig(**settings).model_dump()})
+
+    paper = dict(variants=VariantConfig(), replay_coef=0.0)
+    knobs = "(lr 0.0005, KL 0.03, 4 tasks x 8 rollouts a step, 80 steps)"
+    assert line(**paper, grpo=std) == f"trained with the paper's GRPO, no variant {knobs}"
+    # each departure named: a hook's field, the SFT replay, Dr. GRPO's mean-only advantages
+    assert line(**paper, grpo=mean_only) == (
+        "trained with a variant of the paper's GRPO, set in this run's DemoConfig: advantage_scale=none (mean-only "
+        f"advantages, Dr. GRPO) {knobs}")
+    assert line(variants=VariantConfig(kl_estimator="exact"), replay_coef=0.1, grpo=std) == (
+        "trained with a variant of the paper's GRPO, set in this run's DemoConfig: kl_estimator=exact "
+        f"(orchlib.experiments.variants); SFT replay x0.1 (replay_coef) {knobs}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from orchlib.demo.config import DEMO_TOOL_NAMES, EXPENSIVE
-from orchlib.demo.report import check_caveats, table_notes, table_rows
+from orchlib.demo.report import check_caveats, objective_line, table_notes, table_rows
 
 __all__ = ["report_html", "STYLE"]
 
@@ -52,7 +52,7 @@ def report_html(metrics, after, baselines, history) -> str:
               "</section>" for title, fig in training]
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>orchlib demo (seed {e(str(metrics['seed']))})"
             f"</title><style>{STYLE}</style></head><body><h1>orchlib demo, seed {e(str(metrics['seed']))}</h1>"
-            + "\n".join(parts) + "</body></html>")
+            f"<p id='objective'>{e(objective_line(metrics).capitalize())}.</p>" + "\n".join(parts) + "</body></html>")
 
 
 def _points(metrics) -> dict[str, tuple[float, float]]:

@@ -15,7 +15,8 @@ from orchlib.train.evaluation import controllability as run_controllability
 from orchlib.train.evaluation import controllability_by_category as run_controllability_by_category
 from orchlib.train.evaluation import numbers, tool_share
 
-__all__ = ["summarize_demo", "table_text", "table_rows", "table_notes", "checks_line", "check_caveats", "SHARED",
+__all__ = ["summarize_demo", "objective_line", "table_text", "table_rows", "table_notes", "checks_line",
+           "check_caveats", "SHARED",
            "rewards_across_policies", "generalist_share", "controllability", "controllability_by_category",
            "backend_of", "backend_shares", "backend_shares_by_profile", "UNKNOWN"]
 
@@ -225,6 +226,30 @@ def table_notes(m: dict[str, Any]) -> list[str]:
             + f"; total {m['wall_total_s']:.1f}s"]
 
 
+def objective_line(m: dict[str, Any]) -> str:
+    """The report's first line: which objective GRPO trained with, read off the run's own settings. The
+    paper's, or a variant named field by field (`orchlib.experiments.variants`, SFT replay), so nobody
+    reads a variant's result as the paper's."""
+    from orchlib.experiments.variants import VariantConfig
+
+    config = m["config"]
+    paper, ran = VariantConfig().model_dump(), VariantConfig.model_validate(config["variants"]).model_dump()
+    changed = {k: v for k, v in ran.items() if v != paper[k]}
+    parts = [f"{k}={v}" for k, v in sorted(changed.items())]
+    if parts:
+        parts[-1] += " (orchlib.experiments.variants)"
+    if config.get("replay_coef"):
+        parts.append(f"SFT replay x{config['replay_coef']:g} (replay_coef)")
+    grpo = config["grpo"]
+    if grpo["advantage_scale"] != "std":  # the paper divides by the group's std; Dr. GRPO does not
+        parts.append(f"advantage_scale={grpo['advantage_scale']} (mean-only advantages, Dr. GRPO)")
+    knobs = (f"lr {grpo['learning_rate']:g}, KL {grpo['kl_coef']:g}, {grpo['tasks_per_step']} tasks x "
+             f"{grpo['group_size']} rollouts a step, {config['steps']} steps")
+    if not parts:
+        return f"trained with the paper's GRPO, no variant ({knobs})"
+    return f"trained with a variant of the paper's GRPO, set in this run's DemoConfig: {'; '.join(parts)} ({knobs})"
+
+
 def checks_line(m: dict[str, Any]) -> str:
     """"checks: name PASS, name FAIL, ..." """
     return "checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in m["checks"].items())
@@ -243,4 +268,5 @@ def check_caveats(m: dict[str, Any]) -> list[str]:
 
 def table_text(m: dict[str, Any]) -> str:
     """The demo's printed table and summary lines, from its metrics."""
-    return "\n".join([format_table(*table_rows(m)), *table_notes(m), checks_line(m), *check_caveats(m)])
+    return "\n".join([objective_line(m), format_table(*table_rows(m)), *table_notes(m), checks_line(m),
+                      *check_caveats(m)])
