@@ -7,7 +7,7 @@ from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
-from orchlib.demo.config import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE
+from orchlib.demo.config import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE, DemoConfig
 from orchlib.evaluate import format_table
 from orchlib.tasks import Preference
 from orchlib.train.accel import cpu_description
@@ -247,7 +247,19 @@ def objective_line(m: dict[str, Any]) -> str:
              f"{grpo['group_size']} rollouts a step, {config['steps']} steps")
     if not parts:
         return f"trained with the paper's GRPO, no variant ({knobs})"
-    return f"trained with a variant of the paper's GRPO, set in this run's DemoConfig: {'; '.join(parts)} ({knobs})"
+    line = f"trained with a variant of the paper's GRPO, set in this run's DemoConfig: {'; '.join(parts)} ({knobs})"
+    if _objective(config) == _objective(DemoConfig().model_dump()):
+        line += (". Why: the demo's default, since with the paper's GRPO the tiny policy's checks did not hold on "
+                 "every seed (docs/results.md)")
+    return line
+
+
+def _objective(config: dict[str, Any]) -> tuple:
+    """What sets the objective of a run's GRPO: its variant hooks, its SFT replay, its advantage scaling."""
+    from orchlib.experiments.variants import VariantConfig
+
+    return (VariantConfig.model_validate(config["variants"]), config.get("replay_coef"),
+            config["grpo"]["advantage_scale"])
 
 
 def checks_line(m: dict[str, Any]) -> str:
