@@ -4,7 +4,8 @@ A policy is anything `orchlib.rollout.rollout` drives: a trained orchestrator (a
 baseline (`make_baselines`, from `orchlib.baselines`), so both go through one loop and one accounting of
 money (USD) and time (s). `run` runs them (`evaluate`), `metrics` counts, `report` shows and saves,
 `profiles` reruns under each preference profile, `heldout` reads where calls went on held-out tool
-configurations (by backend, by list position, by shown price), `pareto` summarises cost against accuracy,
+configurations (by backend, by list position, by shown price), `rotations` counterbalances a held-out
+test's list order (each task once per rotation of its list), `pareto` summarises cost against accuracy,
 `gradients` measures how much of an update to a local policy's choice moves it under every P alike.
 """
 
