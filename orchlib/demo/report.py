@@ -9,6 +9,7 @@ import numpy as np
 
 from orchlib.demo.config import DEMO_PROFILES, DEMO_TOOL_NAMES, EXPENSIVE, DemoConfig
 from orchlib.evaluate import format_table
+from orchlib.experiments.variants import VariantConfig
 from orchlib.tasks import Preference
 from orchlib.train.accel import cpu_description
 from orchlib.train.evaluation import controllability as run_controllability
@@ -230,8 +231,6 @@ def objective_line(m: dict[str, Any]) -> str:
     """The report's first line: which objective GRPO trained with, read off the run's own settings. The
     paper's, or a variant named field by field (`orchlib.experiments.variants`, SFT replay), so nobody
     reads a variant's result as the paper's."""
-    from orchlib.experiments.variants import VariantConfig
-
     config = m["config"]
     paper, ran = VariantConfig().model_dump(), VariantConfig.model_validate(config["variants"]).model_dump()
     changed = {k: v for k, v in ran.items() if v != paper[k]}
@@ -256,8 +255,6 @@ def objective_line(m: dict[str, Any]) -> str:
 
 def _objective(config: dict[str, Any]) -> tuple:
     """What sets the objective of a run's GRPO: its variant hooks, its SFT replay, its advantage scaling."""
-    from orchlib.experiments.variants import VariantConfig
-
     return (VariantConfig.model_validate(config["variants"]), config.get("replay_coef"),
             config["grpo"]["advantage_scale"])
 
