@@ -395,7 +395,7 @@ def test_demo_report_leads_with_backend_shares_then_checks_then_a_table_that_fit
     from playwright.sync_api import sync_playwright
 
     from orchlib.demo.app import write_outputs
-    from orchlib.demo.report import table_rows
+    from orchlib.demo.report import objective_line, table_rows
 
     _require_browser()
     metrics, after, baselines, history = hand_made()
@@ -428,6 +428,10 @@ def test_demo_report_leads_with_backend_shares_then_checks_then_a_table_that_fit
 
             layout = page.evaluate(LAYOUT)
             assert layout["sections"] == ["learned", "checks", "numbers"] + ["training"] * 5
+            # above the chart, the objective GRPO trained with, as the printed table's first line says it
+            objective = page.locator("#objective")
+            assert objective.is_visible() and objective.inner_text() == objective_line(metrics).capitalize() + "."
+            assert page.evaluate("() => document.querySelector('#objective').nextElementSibling.id") == "learned"
             assert layout["checks"] == [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in metrics["checks"].items()]
             header, rows = table_rows(metrics)
             assert layout["header"] == header and layout["rows"] == rows  # escaped text reads back as written
