@@ -253,11 +253,17 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
     ev = json.loads((tmp_path / "evaluation.json").read_text())
     assert ev["warm_start"]["order_drills"]["steps"] == 2
     assert set(ev["wall_s"]) == {"load", "order_drills", "warm_start", "evaluate_before", "grpo", "evaluate_after"}
+    # the recipe rotates each test task's list: each of the 4 test questions under each profile (8 tasks), once
+    # per tool it offers
+    assert cfg.evaluation.rotations
+    test = small.env.environment().test
+    episodes = sum(len(t.tools) for t in test)
+    assert len(test) == 8 and episodes > 8
     for when in ("before RL", "after RL"):
         assert set(ev["held_out"][when]) == {"accuracy", "thrifty"}
-        # each of the 4 test questions once under each profile
-        assert sum(n["episodes"] for n in ev["held_out"][when].values()) == 8
-        assert sum(n["episodes"] for offer in ev["held_out_by_offer"][when].values() for n in offer.values()) == 8
+        assert sum(n["episodes"] for n in ev["held_out"][when].values()) == episodes
+        assert sum(n["episodes"] for offer in ev["held_out_by_offer"][when].values() for n in offer.values()) \
+            == episodes
 
 
 @needs_wheel
