@@ -232,7 +232,8 @@ def objective_line(m: dict[str, Any]) -> str:
     paper's, or a variant named field by field (`orchlib.experiments.variants`, SFT replay), so nobody
     reads a variant's result as the paper's."""
     config = m["config"]
-    paper, ran = VariantConfig().model_dump(), VariantConfig.model_validate(config["variants"]).model_dump()
+    objective = _objective(config)
+    paper, ran = VariantConfig().model_dump(), objective[0].model_dump()
     changed = {k: v for k, v in ran.items() if v != paper[k]}
     parts = [f"{k}={v}" for k, v in sorted(changed.items())]
     if parts:
@@ -247,7 +248,7 @@ def objective_line(m: dict[str, Any]) -> str:
     if not parts:
         return f"trained with the paper's GRPO, no variant ({knobs})"
     line = f"trained with a variant of the paper's GRPO, set in this run's DemoConfig: {'; '.join(parts)} ({knobs})"
-    if _objective(config) == _objective(DemoConfig().model_dump()):
+    if objective == _objective(DemoConfig().model_dump()):
         line += (". Why: the demo's default, since with the paper's GRPO the tiny policy's checks did not hold on "
                  "every seed (docs/results.md)")
     return line
