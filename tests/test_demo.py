@@ -211,18 +211,12 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
     """bench_demo --set: the command each seed runs parses, through orchlib's own CLI, to the seed's
     DemoConfig with those fields (no demo is run: the command is caught where it would start)."""
     import subprocess
-    import sys
-    from pathlib import Path
 
     from orchlib.cli import build_parser
     from orchlib.commands.demo import config_from
     from orchlib.demo import DemoConfig
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_demo
-    finally:
-        sys.path.pop(0)
+    bench_demo = _bench_demo()
     seen = []
 
     def caught(cmd, **kw):
@@ -246,6 +240,55 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
                      ("warm_start.golden.max_step=200", "max_step"), ("steps", "FIELD=VALUE")):
         with pytest.raises(SystemExit, match=why):
             bench_demo.parse_settings([bad])
+
+
+def _bench_demo():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_demo
+    finally:
+        sys.path.pop(0)
+    return bench_demo
+
+
+def test_bench_demo_tables_read_the_demos_metrics(demo):
+    """bench_demo's per-profile table holds metrics.json's backend shares, accuracy, $ and s per task
+    before and after RL, and its row the cosine's gap after the warm start and after RL."""
+    bench_demo = _bench_demo()
+    m = json.loads((demo.out / "metrics.json").read_text())
+    r = bench_demo.row(m)
+    assert r["1-cos warm"] == 1 - m["format"]["profile_cosine"] and r["1-cos RL"] == 1 - m["profile_cosine"]
+    lines = bench_demo.profile_table([m]).splitlines()
+    backends = sorted({b for when in m["backend_share"].values() for sh in when.values() for b in sh})
+    assert lines[0].split()[3:] == [w for b in backends for w in ("calls", b)] + ["accuracy", "$", "/", "task",
+                                                                                  "s", "/", "task"]
+    assert len(lines) == 2 + 4  # header, rule, 2 policies x 2 profiles
+    seen = set()
+    for line in lines[2:]:
+        seed, when_a, when_b, profile, *values = line.split()   # "before RL" / "after RL" is two words
+        when = f"{when_a} {when_b}"
+        seen.add((when, profile))
+        shares = m["backend_share"][when][profile]
+        p = m["policies"]["before RL" if when == "before RL" else "orchestrator"][profile]
+        assert int(seed) == m["seed"]
+        assert values == ([bench_demo._fmt(shares.get(b, 0.0)) for b in backends]
+                          + [bench_demo._fmt(p[k]) for k in ("accuracy", "cost_usd", "latency_s")])
+    assert seen == {(w, p) for w in ("before RL", "after RL") for p in ("accuracy", "thrifty")}
+
+
+def test_bench_demo_cosine_bar_needs_every_seed_at_1e_2():
+    """The mechanism's bar: 1 - cos after the warm start >= 1e-2 on every seed (rows written by hand)."""
+    bench_demo = _bench_demo()
+    base = {"well-formed %": 100.0, "copied %": 100.0, "ctrl gsm8k": 50.0, "thrifty margin": 0.1,
+            "accuracy margin": 0.1, "reward first10": 0.1, "reward last10": 0.2, "total s": 100.0}
+    for gaps, ok in (((0.5, 1e-2), True), ((0.5, 5.5e-3), False), ((2e-5, 8e-6), False)):
+        rows = [{**base, "1-cos warm": g} for g in gaps]
+        bar = [b for b in bench_demo.verdict(rows, 300.0) if b[0].startswith("1 - cos")]
+        assert len(bar) == 1 and bar[0][1] is ok, (gaps, bar)
+        assert bar[0][2] == f"min {min(gaps):.1e}"
 
 
 def test_format_checks_read_an_evaluations_runs_as_their_own(tiny_policy):
