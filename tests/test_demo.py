@@ -147,6 +147,48 @@ def test_the_trained_policy_comes_back_and_sweeps_over_p(demo):
         assert pref.render() in shown  # the policy read this P, not the profile it was trained under
 
 
+def test_the_demos_rollout_setting_reaches_every_phase(tmp_path, monkeypatch, policy_cache):
+    """`grpo.rollout` renders the prompts of the warm start's golden trajectories and reading drills and of
+    every evaluation, as it renders GRPO's: here its price-order line is in all of them."""
+    import importlib
+
+    from orchlib.prompting import PRICE_ORDER_OPENING
+
+    # the modules themselves (the package `orchlib` exports a function named `evaluate`)
+    train_mod, evaluate_mod = importlib.import_module("orchlib.train"), importlib.import_module("orchlib.evaluate")
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    trained_on, evaluated = [], []
+    real_sft, real_evaluate = train_mod.sft_train, evaluate_mod.evaluate
+
+    def sft(model, tok, examples, *a, **kw):
+        trained_on.append((kw.get("desc"), [tok.decode(e.ids) for e in examples]))
+        return real_sft(model, tok, examples, *a, **kw)
+
+    def evaluate(engine, env, *a, **kw):
+        report = real_evaluate(engine, env, *a, **kw)
+        evaluated.append((kw.get("name"), kw.get("config")))
+        return report
+
+    monkeypatch.setattr(train_mod, "sft_train", sft)
+    monkeypatch.setattr(evaluate_mod, "evaluate", evaluate)
+    cfg = merged(DemoConfig(), {"steps": 2, "n_train": 8, "n_test": 4, "eval_samples": 1, "out": str(tmp_path),
+                                "grpo": {"tasks_per_step": 2, "group_size": 2, "rollout": {"price_order": True}},
+                                "warm_start": {"copy_drills": 16, "copying": {"max_steps": 2},
+                                               "golden": {"max_steps": 2}, "extra_arithmetic": 4,
+                                               "extra_gsm8k": 4, "reading_drills": 4}})
+    result = run_demo(cfg, progress=False)
+    (_, copy), (_, golden) = trained_on  # phase 1's drills are the short format: a user turn, no tools
+    assert copy and not any(PRICE_ORDER_OPENING in t for t in copy)
+    assert len(golden) > 4 and all(PRICE_ORDER_OPENING in t for t in golden)
+    assert sum("gpt4" in t for t in golden) == 4  # the reading drills, rendered alike
+    assert {n for n, _ in evaluated} >= {"orchestrator", "strongest", "cheapest", "random", "oracle"}
+    assert all(ro == cfg.grpo.rollout for _, ro in evaluated)
+    # the policy's own runs: their prompt ids hold the line
+    runs = read_jsonl(tmp_path / "trajectories.jsonl")
+    assert runs and all(PRICE_ORDER_OPENING in result.policy[1].decode(t.ids[:t.prompt_len]) for t in runs)
+    assert len(result.history) == 2
+
+
 def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
     from orchlib.demo.app import gate_with_margin
 

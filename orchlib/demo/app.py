@@ -140,7 +140,8 @@ def as_reading(t: Task, profile: str) -> Task:
                                 "golden": Golden(calls=[ToolCall(name=READING_PAIR[profile])], answer=t.answer)})
 
 
-def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None) -> list:
+def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None,
+                   rollout: RolloutConfig = DEMO_ROLLOUT) -> list:
     """Phase 2's preference-reading drills: `n` prompts of `tasks` (cycled) in the rollout's format, each
     under a profile drawn at random and offering READING_PAIR only, then the call P names.
 
@@ -149,7 +150,7 @@ def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None
     profiles' tool shares as one block. After the drills, direct supervision on the demo's own tools
     separates the profiles within ~30 steps. Which demo tool each P calls for is still untaught: the
     warm start's `choice_gap` on the demo's tools stays near 0, and RL has to learn it.
-    `toolbox`: `reading_toolbox()`'s, built here when not given."""
+    `toolbox`: `reading_toolbox()`'s, built here when not given; `rollout`: the prompts' rendering."""
     from orchlib.prompting import render_prompt, tool_schemas
 
     if not tasks or not n:
@@ -157,7 +158,7 @@ def reading_drills(tasks: list[Task], n: int, tokenizer, seed: int, toolbox=None
     rng, box, out = random.Random(f"reading:{seed}"), toolbox or reading_toolbox(), []
     for i in range(n):
         t = as_reading(tasks[i % len(tasks)], rng.choice(DEMO_PROFILES))
-        prompt = render_prompt(t, tool_schemas(box, t, DEMO_ROLLOUT.tool_schema), tokenizer, DEMO_ROLLOUT)
+        prompt = render_prompt(t, tool_schemas(box, t, rollout.tool_schema), tokenizer, rollout)
         out.append(_golden_reply(prompt, t, tokenizer))
     return out
 
@@ -266,6 +267,7 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
 
     t = time.perf_counter()
     ws = config.warm_start
+    ro = config.grpo.rollout  # the prompts' rendering in every phase, as GRPO samples them
     engine = TransformersEngine(model, tok, seed=config.seed, share_prompts=True)
     pool = copy_drills(config.seed, ws.copy_drills + 64 + ws.extra_arithmetic, {t.prompt for t in train + test})
     drills, heldout = pool[:ws.copy_drills], pool[-64:]
@@ -285,10 +287,10 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     choice = choice_categories(warm)  # the replay leaves these names out of its loss
     if ws.choice == "counterbalanced":
         warm = counterbalanced(warm, config.seed)
-    gold = golden_trajectories(warm, toolbox, tok, DEMO_ROLLOUT, seed=config.seed, alternatives="each")
+    gold = golden_trajectories(warm, toolbox, tok, ro, seed=config.seed, alternatives="each")
     golden_warm = list(gold)  # what SFT replay draws from (not the reading drills)
     reading_box = reading_toolbox()  # the drills' pair: listed in the drills and in the reading check
-    gold += reading_drills(extra, ws.reading_drills, tok, config.seed, reading_box)
+    gold += reading_drills(extra, ws.reading_drills, tok, config.seed, reading_box, ro)
     sft = sft_train(model, tok, gold, ws.golden.model_copy(update={"seed": config.seed}),
                     progress=progress, desc="warm start 2/2: golden trajectories")
     engine.clear_prefix_cache()
@@ -296,16 +298,16 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
 
     t = time.perf_counter()
     before = _policy_eval(engine, test, toolbox, reward, config)
-    checks = format_checks(engine, under(test), toolbox, DEMO_ROLLOUT, seed=config.seed,
+    checks = format_checks(engine, under(test), toolbox, ro, seed=config.seed,
                            trajectories=before.trajectories)  # the same runs: the format is read off them
     checks["copy_drill_steps"] = float(len(copy_sft.losses)) if copy_sft else 0.0
     checks["copy_heldout_accuracy"] = phase1_copy
     model.eval()
-    checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
-    checks["profile_cosine"] = profile_cosine(model, tok, test, toolbox)
+    checks["choice_gap_points"] = choice_gap(model, tok, test, toolbox, ro, EXPENSIVE, DEMO_PROFILES)
+    checks["profile_cosine"] = profile_cosine(model, tok, test, toolbox, rollout=ro)
     if ws.reading_drills:  # whether the drills taught P's reading on their own pair (none without them)
         checks["reading_gap_points"] = choice_gap(model, tok, [as_reading(t, "accuracy") for t in test],
-                                                  reading_box, DEMO_ROLLOUT, READING_PAIR["accuracy"], DEMO_PROFILES)
+                                                  reading_box, ro, READING_PAIR["accuracy"], DEMO_PROFILES)
     wall["eval_before"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -329,17 +331,18 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
 
     metrics = summarize_demo(config, before, after, baselines, checks, trainer.history, sft, wall, reward)
     trained = trainer.accelerator.unwrap_model(trainer.model).eval()
-    metrics["choice_gap_points"] = choice_gap(trained, tok, test, toolbox, DEMO_ROLLOUT, EXPENSIVE, DEMO_PROFILES)
-    metrics["profile_cosine"] = profile_cosine(trained, tok, test, toolbox)
+    metrics["choice_gap_points"] = choice_gap(trained, tok, test, toolbox, ro, EXPENSIVE, DEMO_PROFILES)
+    metrics["profile_cosine"] = profile_cosine(trained, tok, test, toolbox, rollout=ro)
     table = write_outputs(out, metrics, after, baselines, trainer.history, reward)
     return DemoResult(metrics, table, out, trainer.history, policy=(trained, tok), env=env)
 
 
-def profile_cosine(model, tokenizer, test: list[Task], toolbox, n: int = 8) -> float:
+def profile_cosine(model, tokenizer, test: list[Task], toolbox, n: int = 8,
+                   rollout: RolloutConfig = DEMO_ROLLOUT) -> float:
     """The mean `profile_gradient_cosine` of the GSM8K choice (generalist or Mixtral) over the first `n`
     GSM8K test questions: how much of an update to it under one profile moves it under the other too."""
     gsm = [t for t in test if t.category == "gsm8k"][:n]
-    cos = profile_gradient_cosine(model, tokenizer, gsm, toolbox, DEMO_ROLLOUT, (EXPENSIVE, "mixtral"), DEMO_PROFILES)
+    cos = profile_gradient_cosine(model, tokenizer, gsm, toolbox, rollout, (EXPENSIVE, "mixtral"), DEMO_PROFILES)
     return sum(cos) / len(cos) if cos else float("nan")
 
 
@@ -347,7 +350,7 @@ def _train(trainer, train, toolbox, tok, reward, config, progress):
     """GRPO steps; each step's history also gets `reward_anchored`, its rollouts' reward against fixed
     reference runs of their tasks (`orchlib.experiments.probes.anchored_reward`): the training reward is normalised
     within groups and falls as a group's rollouts come to agree."""
-    refs = reference_runs(under(train), toolbox, tok, DEMO_ROLLOUT)
+    refs = reference_runs(under(train), toolbox, tok, config.grpo.rollout)
     G = config.grpo.group_size
 
     def anchor(report) -> None:
@@ -362,7 +365,8 @@ def _policy_eval(engine, test, toolbox, reward, config):
     from orchlib.evaluate import evaluate
 
     return evaluate(engine, Environment(name="choice", test=under(test), tools=toolbox, reward=reward),
-                    config=DEMO_ROLLOUT, group_size=config.eval_samples, name="orchestrator", seed=config.seed)
+                    config=config.grpo.rollout, group_size=config.eval_samples, name="orchestrator",
+                    seed=config.seed)
 
 
 def _baselines(train, test, toolbox, tok, config):
@@ -371,10 +375,11 @@ def _baselines(train, test, toolbox, tok, config):
 
     tasks = under(test)
     per_category = {c: [t for t in train if t.category == c][:20] for c in DEMO_TOOLS}  # train is sorted by category
-    calibration = try_routes(under([t for ts in per_category.values() for t in ts]), toolbox, tok, DEMO_ROLLOUT)
-    engines = make_baselines(tasks, toolbox, tok, calibration=calibration, config=DEMO_ROLLOUT, seed=config.seed)
+    ro = config.grpo.rollout
+    calibration = try_routes(under([t for ts in per_category.values() for t in ts]), toolbox, tok, ro)
+    engines = make_baselines(tasks, toolbox, tok, calibration=calibration, config=ro, seed=config.seed)
     env = Environment(name="choice", test=tasks, tools=toolbox)
-    return {n: evaluate(e, env, config=DEMO_ROLLOUT, name=n) for n, e in engines.items()}
+    return {n: evaluate(e, env, config=ro, name=n) for n, e in engines.items()}
 
 
 def write_outputs(out: Path, metrics, after, baselines, history, reward) -> str:
