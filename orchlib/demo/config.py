@@ -105,7 +105,8 @@ class DemoConfig(Settings):
                                         "then golden trajectories")
     steps: int = Field(80, ge=0, description="GRPO steps")
     grpo: GRPOConfig = Field(DEMO_GRPO, description="the paper's knobs (its seed is `seed`, its decay_steps "
-                                                    "follow `lr_decay`)")
+                                                    "follow `lr_decay`; its rollout renders the prompts of every "
+                                                    "phase, warm start and evaluations too)")
     lr_decay: bool = Field(True, description="after the warm-up the lr falls linearly to 0 over the other steps")
     variants: VariantConfig = Field(DEMO_VARIANTS, description="the experimental objective and task draw GRPO runs "
                                                                "with (`orchlib.experiments.variants`)")
