@@ -6,9 +6,12 @@
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set warm_start.golden.max_steps=200  # a variant
     .venv/bin/python benchmarks/bench_demo.py --seeds 0 1 2 3 4 --set split_seed=null  # each seed its own split
 
-The last lines hold the bars across seeds (each PASS or FAIL): the format before RL, GSM8K
-controllability on every seed, each margin above its seed-to-seed spread, the anchored reward rising
-on every seed, and the wall time of every seed. It exits 1 when one fails. With --parallel the seeds
+A table per seed (the bars' numbers, and 1 - cos of the GSM8K choice's gradients under the two
+profiles after the warm start and after RL), then a table per seed and profile (the share of calls to
+each backend, accuracy, $ and seconds per task, before and after RL). The last lines hold the bars
+across seeds (each PASS or FAIL): the format before RL, GSM8K controllability on every seed, each margin
+above its seed-to-seed spread, 1 - cos >= 1e-2 after the warm start on every seed, the anchored reward
+rising on every seed, and the wall time of every seed. It exits 1 when one fails. With --parallel the seeds
 share the cores, so their wall times say nothing.
 
 What a training run learns turns on float rounding, which differs from one CPU to the next, so these
