@@ -100,9 +100,12 @@ def profile_table(runs: list[dict]) -> str:
 def table(rows: list[dict]) -> str:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     numeric = [k for k in keys if all(isinstance(r.get(k), (int, float)) for r in rows) and k != "seed"]
-    return _grid(keys, [[_fmt(r.get(k)) for k in keys] for r in rows] + (
-        [[name if k == "seed" else (_fmt(fn([r[k] for r in rows])) if k in numeric else "") for k in keys]
-         for name, fn in (("mean", statistics.fmean), ("spread (sd)", statistics.stdev))] if len(rows) > 1 else []))
+    body = [[_fmt(r.get(k)) for k in keys] for r in rows]
+    if len(rows) > 1:
+        for name, fn in (("mean", statistics.fmean), ("spread (sd)", statistics.stdev)):
+            body.append([name if k == "seed" else (_fmt(fn([r[k] for r in rows])) if k in numeric else "")
+                         for k in keys])
+    return _grid(keys, body)
 
 
 def _grid(keys: list[str], body: list[list[str]]) -> str:

@@ -161,7 +161,7 @@ def test_the_demos_rollout_setting_reaches_every_phase(tmp_path, monkeypatch, po
     real_sft, real_evaluate = train_mod.sft_train, evaluate_mod.evaluate
 
     def sft(model, tok, examples, *a, **kw):
-        trained_on.append((kw.get("desc"), [tok.decode(e.ids) for e in examples]))
+        trained_on.append([tok.decode(e.ids) for e in examples])
         return real_sft(model, tok, examples, *a, **kw)
 
     def evaluate(engine, env, *a, **kw):
@@ -177,7 +177,7 @@ def test_the_demos_rollout_setting_reaches_every_phase(tmp_path, monkeypatch, po
                                                "golden": {"max_steps": 2}, "extra_arithmetic": 4,
                                                "extra_gsm8k": 4, "reading_drills": 4}})
     result = run_demo(cfg, progress=False)
-    (_, copy), (_, golden) = trained_on  # phase 1's drills are the short format: a user turn, no tools
+    copy, golden = trained_on  # phase 1's drills are the short format: a user turn, no tools
     assert copy and not any(PRICE_ORDER_OPENING in t for t in copy)
     assert len(golden) > 4 and all(PRICE_ORDER_OPENING in t for t in golden)
     assert sum("gpt4" in t for t in golden) == 4  # the reading drills, rendered alike
