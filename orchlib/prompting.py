@@ -32,7 +32,8 @@ def shown_preference(task: Task) -> Preference:
 
 def preference_line(task: Task, config: Any) -> str:
     """P as the policy reads it: `shown_preference`'s line in `config.preference_style`."""
-    return shown_preference(task).render(weights=config.preference_style == "weights")
+    return shown_preference(task).render(weights=config.preference_style != "name",
+                                         instruction=config.preference_style == "instruction")
 
 
 def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> str:

@@ -60,11 +60,12 @@ class RolloutConfig(Settings):
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="the system turn's text; the tools and P are "
                                                                   "rendered after it")
     show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
-    preference_style: Literal["weights", "name"] = Field(
-        "weights", description="how P is rendered: its weights (`Preference (thrifty): accuracy=1, cost=1, ...`), "
-                               "or its profile's name alone (`Preference (thrifty):`), for a policy that learns "
-                               "named profiles; the demo's tiny policy copies digits, and P's digits between the "
-                               "question and its call drew that copying off")
+    preference_style: Literal["weights", "name", "instruction"] = Field(
+        "weights", description="how P is rendered: its weights (`Preference (thrifty): accuracy=1, cost=1, ...`); "
+                               "its profile's name alone (`Preference (thrifty):`), for a policy that learns "
+                               "named profiles (the demo's tiny policy copies digits, and P's digits between the "
+                               "question and its call drew that copying off); or a sentence per weight, then the "
+                               "weights (`instruction`, as ToolOrchestra shows P: `Preference.instruction`)")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "

@@ -39,15 +39,40 @@ class Preference(BaseModel):
     tools: dict[str, float] = Field(default_factory=dict, description="weight per tool on its call count")
     extra: dict[str, float] = Field(default_factory=dict, description="user-named entries, P.<name> in rewards")
 
-    def render(self, weights: bool = True) -> str:
+    def render(self, weights: bool = True, instruction: bool = False) -> str:
         """The line the orchestrator reads in its prompt (stable format: the policy learns it). `weights=False`:
-        the profile's name alone, `Preference (thrifty):`, for a policy that learns named profiles."""
+        the profile's name alone, `Preference (thrifty):`, for a policy that learns named profiles.
+        `instruction=True`: `instruction()`'s words before the weights, `Preference (thrifty): Every dollar
+        spent counts against you: ... (accuracy=1, cost=1, latency=0)`, as ToolOrchestra shows P."""
         if not weights:
             return f"Preference ({self.name}):"
         parts = [f"accuracy={self.outcome:g}", f"cost={self.cost:g}", f"latency={self.latency:g}"]
         parts += [f"{t}={w:g}" for t, w in sorted(self.tools.items())]
         parts += [f"{k}={v:g}" for k, v in sorted(self.extra.items())]
+        if instruction:
+            return f"Preference ({self.name}): {self.instruction()} (" + ", ".join(parts) + ")"
         return f"Preference ({self.name}): " + ", ".join(parts)
+
+    def instruction(self) -> str:
+        """P in words, a fixed sentence per weight by its sign (user-named entries are left to the weights).
+
+        Why: ToolOrchestra shows P as an instruction with its vector. For a small policy the words matter
+        in another way too: profiles whose weight lines differ in one digit differ here in a whole clause,
+        so far more of the prompt differs between them, and more of each update to the choice can differ."""
+        def sign(w: float, more: str, none: str, less: str) -> str:
+            return more if w > 0 else less if w < 0 else none
+
+        said = [sign(self.outcome, "Get the answer right.", "Whether the answer is right does not count.",
+                     "A right answer counts against you."),
+                sign(self.cost, "Every dollar spent counts against you: call a cheap tool that is good enough "
+                                "rather than a dear one.",
+                     "What a tool costs does not matter: a dear tool is worth its price if it is more often right.",
+                     "Spending counts for you."),
+                sign(self.latency, "Every second counts against you: call a fast tool rather than a slow one.",
+                     "Time does not matter.", "Taking longer counts for you.")]
+        said += [sign(w, f"Calls to {t} count for you.", "", f"Calls to {t} count against you.")
+                 for t, w in sorted(self.tools.items())]
+        return " ".join(x for x in said if x)
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()

@@ -189,6 +189,21 @@ def test_the_demos_rollout_setting_reaches_every_phase(tmp_path, monkeypatch, po
     assert len(result.history) == 2
 
 
+def test_copy_drills_show_p_where_the_configs_rollout_puts_it_in_the_user_turn():
+    """Phase 1's short prompts follow the config's rollout: P after the question when it sits in the user
+    turn, none when it sits in the system turn (the short format has no system turn)."""
+    from orchlib.demo.app import copy_drills, copy_examples
+    from orchlib.demo.config import DEMO_ROLLOUT
+    from orchlib.models import build_default_policy
+
+    _, tok = build_default_policy("tiny", seed=0)
+    drills = copy_drills(0, 4, set())
+    user = DEMO_ROLLOUT.model_copy(update={"preference_at": "user"})
+    shown = [tok.decode(e.ids) for e in copy_examples(drills, tok, user)]
+    assert all(f"{t.prompt}\n\n{t.preference.render()}" in text for t, text in zip(drills, shown))
+    assert not any("Preference (" in tok.decode(e.ids) for e in copy_examples(drills, tok))
+
+
 def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
     from orchlib.demo.app import gate_with_margin
 

@@ -260,6 +260,18 @@ def test_preference_style_name_shows_the_profiles_name_where_p_goes_and_no_weigh
     assert "cost=" not in name and "accuracy=" not in name
 
 
+@pytest.mark.parametrize("where", ["system", "user", "assistant", "system_end"])
+def test_preference_style_instruction_puts_the_words_before_the_weights_where_p_goes(tiny_policy, toolbox, where):
+    _, tok = tiny_policy
+    weights = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at=where))
+    said = render_prompt(TASK, toolbox.schemas(), tok, RolloutConfig(preference_at=where,
+                                                                     preference_style="instruction"))
+    line = "Preference (thrifty): accuracy=1, cost=1, latency=0"
+    words = ("Preference (thrifty): Get the answer right. Every dollar spent counts against you: call a cheap tool "
+             "that is good enough rather than a dear one. Time does not matter. (accuracy=1, cost=1, latency=0)")
+    assert said == weights.replace(line, words) and said.count("Preference (") == 1
+
+
 # A ChatML template that drops `tools=` (as SmolLM2's does): the rollout must list the tools itself.
 PLAIN_CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -74,6 +74,21 @@ def test_preference_render_is_stable():
     assert set(PROFILES) == {"accuracy", "thrifty", "fast", "local-only"}
 
 
+def test_preference_instruction_says_each_weight_by_its_sign_then_the_weights():
+    p = Preference(name="mine", cost=0.5, latency=-1, tools={"gpt4": -1.0, "calculator": 1, "x": 0}, extra={"z": 2})
+    assert p.instruction() == (
+        "Get the answer right. Every dollar spent counts against you: call a cheap tool that is good enough "
+        "rather than a dear one. Taking longer counts for you. Calls to calculator count for you. "
+        "Calls to gpt4 count against you.")
+    assert p.render(instruction=True) == f"Preference (mine): {p.instruction()} ({p.render().split(': ', 1)[1]})"
+    accuracy, thrifty = PROFILES["accuracy"].instruction(), PROFILES["thrifty"].instruction()
+    assert accuracy == ("Get the answer right. What a tool costs does not matter: a dear tool is worth its price if "
+                        "it is more often right. Time does not matter.")
+    # the two demo profiles differ in a clause, not in one digit
+    assert len(set(thrifty.split()) - set(accuracy.split())) >= 10
+    assert PROFILES["thrifty"].render(weights=False, instruction=True) == "Preference (thrifty):"
+
+
 def test_save_and_load_round_trip(tmp_path):
     tasks = [
         _task(id="a", preference=PROFILES["thrifty"], tools=["calculator"], category="arithmetic",

@@ -74,13 +74,13 @@ def copy_drills(seed: int, n: int, exclude: set[str]) -> list[Task]:
     return [t.model_copy(update={"preference": PROFILES[rng.choice(DEMO_PROFILES)]}) for t in tasks]
 
 
-def copy_examples(tasks: list[Task], tokenizer) -> list:
+def copy_examples(tasks: list[Task], tokenizer, rollout: RolloutConfig = DEMO_ROLLOUT) -> list:
     """Phase 1 of the warm start: the question alone, then the calculator call that copies it.
 
     A ~1 M-parameter policy learns to copy digits only after hundreds of steps; on these ~50-token
     drills a step costs a third of one on the ~170-token orchestration prompt. They offer no tool
     choice, so they teach nothing RL is meant to learn."""
-    return [_golden_reply(_short_prompt(t, tokenizer), t, tokenizer) for t in tasks]
+    return [_golden_reply(_short_prompt(t, tokenizer, rollout), t, tokenizer) for t in tasks]
 
 
 def _golden_reply(prompt: str, task: Task, tokenizer):
@@ -93,24 +93,24 @@ def _golden_reply(prompt: str, task: Task, tokenizer):
     return SFTExample(head + reply, [0] * len(head) + [1] * len(reply))
 
 
-def copy_accuracy(engine, tasks: list[Task]) -> float:
+def copy_accuracy(engine, tasks: list[Task], rollout: RolloutConfig = DEMO_ROLLOUT) -> float:
     """Greedy, in the drills' short format: share of calls whose expression is the question's, exactly."""
     from orchlib.engines import SamplingParams
 
     tok = engine.tokenizer
-    prompts = [tok.encode(_short_prompt(t, tok), add_special_tokens=False) for t in tasks]
+    prompts = [tok.encode(_short_prompt(t, tok, rollout), add_special_tokens=False) for t in tasks]
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=40, temperature=0.0),
                            stop_ids=[tok.convert_tokens_to_ids(IM_END)]).outputs
     return sum(_copied(tok.decode(o.ids).removesuffix(IM_END), t) for t, o in zip(tasks, outs)) / len(tasks)
 
 
-def _short_prompt(t: Task, tokenizer) -> str:
-    """The demo's user turn as the only message, through the chat template, with P where the rollout puts
+def _short_prompt(t: Task, tokenizer, rollout: RolloutConfig = DEMO_ROLLOUT) -> str:
+    """The demo's user turn as the only message, through the chat template, with P where `rollout` puts
     it in the user turn or the reply's prefix (none where it sits in the system turn)."""
     from orchlib.prompting import assistant_prefix, user_message
 
-    return tokenizer.apply_chat_template([{"role": "user", "content": user_message(t, DEMO_ROLLOUT)}],
-                                         add_generation_prompt=True, tokenize=False) + assistant_prefix(t, DEMO_ROLLOUT)
+    return tokenizer.apply_chat_template([{"role": "user", "content": user_message(t, rollout)}],
+                                         add_generation_prompt=True, tokenize=False) + assistant_prefix(t, rollout)
 
 
 def _copied(text: str, task: Task) -> bool:
@@ -275,11 +275,11 @@ def run_demo(config: DemoConfig = DemoConfig(), progress: bool = True) -> DemoRe
     copy_sft, phase1_copy = None, 0.0
     if ws.copy_drills and ws.copying.max_steps:
         copying = ws.copying.model_copy(update={"seed": config.seed})
-        copy_sft = sft_train(model, tok, copy_examples(drills, tok), copying,
-                             progress=progress, until=gate_with_margin(lambda: copy_accuracy(engine, heldout),
+        copy_sft = sft_train(model, tok, copy_examples(drills, tok, ro), copying,
+                             progress=progress, until=gate_with_margin(lambda: copy_accuracy(engine, heldout, ro),
                                                                        ws.copy_gate, ws.copy_margin_steps, 50),
                              check_every=50, desc="warm start 1/2: copy drills")
-        phase1_copy = copy_accuracy(engine, heldout)  # in the drills' format; phase 2 moves on to the real one
+        phase1_copy = copy_accuracy(engine, heldout, ro)  # in the drills' format; phase 2 moves on to the real one
     extra += extra_gsm8k(config.seed, ws.extra_gsm8k, {t.prompt for t in train + test})
     # no tool drawn per task: a draw is learned by heart and biases the choice; each valid tool is written
     # (`each`), or each GSM8K question under both profiles, one tool each, each way on half (`counterbalanced`)
