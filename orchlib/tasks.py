@@ -42,8 +42,9 @@ class Preference(BaseModel):
     def render(self, weights: bool = True, instruction: bool = False) -> str:
         """The line the orchestrator reads in its prompt (stable format: the policy learns it). `weights=False`:
         the profile's name alone, `Preference (thrifty):`, for a policy that learns named profiles.
-        `instruction=True`: `instruction()`'s words before the weights, `Preference (thrifty): Every dollar
-        spent counts against you: ... (accuracy=1, cost=1, latency=0)`, as ToolOrchestra shows P."""
+        `instruction=True`: `instruction()`'s words before the weights, `Preference (thrifty): Get the answer
+        right. Every dollar spent counts against you: ... (accuracy=1, cost=1, latency=0)`, as ToolOrchestra
+        shows P."""
         if not weights:
             return f"Preference ({self.name}):"
         parts = [f"accuracy={self.outcome:g}", f"cost={self.cost:g}", f"latency={self.latency:g}"]
