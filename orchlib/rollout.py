@@ -66,6 +66,10 @@ class RolloutConfig(Settings):
                                "named profiles (the demo's tiny policy copies digits, and P's digits between the "
                                "question and its call drew that copying off); or a sentence per weight, then the "
                                "weights (`instruction`, as ToolOrchestra shows P: `Preference.instruction`)")
+    preference_words: dict[str, str] = Field(
+        default_factory=dict, description="with preference_style='instruction': the words shown for a profile, by "
+                                          "its name (ToolOrchestra's P comes with an instruction written for it); a "
+                                          "profile not named here gets `Preference.instruction`'s sentence per weight")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "

@@ -270,6 +270,16 @@ def test_preference_style_instruction_puts_the_words_before_the_weights_where_p_
     words = ("Preference (thrifty): Get the answer right. Every dollar spent counts against you: call a cheap tool "
              "that is good enough rather than a dear one. Time does not matter. (accuracy=1, cost=1, latency=0)")
     assert said == weights.replace(line, words) and said.count("Preference (") == 1
+    # words written for a profile replace the generated ones for that profile only
+    own = RolloutConfig(preference_at=where, preference_style="instruction",
+                        preference_words={"thrifty": "Spend as little as you can.", "accuracy": "Be right."})
+    assert render_prompt(TASK, toolbox.schemas(), tok, own) == weights.replace(
+        line, "Preference (thrifty): Spend as little as you can. (accuracy=1, cost=1, latency=0)")
+    other = own.model_copy(update={"preference_words": {"accuracy": "Be right."}})
+    assert render_prompt(TASK, toolbox.schemas(), tok, other) == said
+    # and only under the instruction style
+    plain = own.model_copy(update={"preference_style": "weights"})
+    assert render_prompt(TASK, toolbox.schemas(), tok, plain) == weights
 
 
 # A ChatML template that drops `tools=` (as SmolLM2's does): the rollout must list the tools itself.

@@ -87,6 +87,9 @@ def test_preference_instruction_says_each_weight_by_its_sign_then_the_weights():
     # the two demo profiles differ in a clause, not in one digit
     assert len(set(thrifty.split()) - set(accuracy.split())) >= 10
     assert PROFILES["thrifty"].render(weights=False, instruction=True) == "Preference (thrifty):"
+    vector = p.render().split(": ", 1)[1]
+    assert p.render(instruction=True, words="Mind the bill.") == f"Preference (mine): Mind the bill. ({vector})"
+    assert p.render(words="Mind the bill.") == p.render()  # words are an instruction's: none without one
 
 
 def test_save_and_load_round_trip(tmp_path):
