@@ -204,6 +204,33 @@ def test_copy_drills_show_p_where_the_configs_rollout_puts_it_in_the_user_turn()
     assert not any("Preference (" in tok.decode(e.ids) for e in copy_examples(drills, tok))
 
 
+def test_the_p_in_words_example_shows_each_profiles_own_words_after_the_question():
+    """examples/demo_p_in_words.yaml loads as `orchlib demo --config` loads it, and its rollout shows each
+    profile's written words, then its weights, after the question: in the orchestration prompt and in the
+    copy drills."""
+    from pathlib import Path
+
+    from orchlib.configfile import load_config
+    from orchlib.demo.app import copy_drills, copy_examples
+    from orchlib.models import build_default_policy
+    from orchlib.prompting import render_prompt, tool_schemas
+    from orchlib.tasks import PROFILES
+
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "demo_p_in_words.yaml", DemoConfig, base=DemoConfig())
+    ro = cfg.grpo.rollout
+    assert (ro.preference_at, ro.preference_style, sorted(ro.preference_words)) == ("user", "instruction",
+                                                                                    ["accuracy", "thrifty"])
+    _, tok = build_default_policy("tiny", seed=0)
+    train, _, box = demo_suite(0, 8, 4)
+    for name in ("accuracy", "thrifty"):
+        task = train[-1].model_copy(update={"preference": PROFILES[name]})
+        line = f"Preference ({name}): {ro.preference_words[name]} ({PROFILES[name].render().split(': ', 1)[1]})"
+        prompt = render_prompt(task, tool_schemas(box, task, ro.tool_schema), tok, ro)
+        assert f"{task.prompt}\n\n{line}<|im_end|>" in prompt and prompt.count("Preference (") == 1
+    drill = copy_drills(0, 1, set())[0]
+    assert ro.preference_words[drill.preference.name] in tok.decode(copy_examples([drill], tok, ro)[0].ids)
+
+
 def test_phase_one_ends_a_margin_after_the_gate_is_first_met():
     from orchlib.demo.app import gate_with_margin
 
