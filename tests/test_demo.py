@@ -210,14 +210,15 @@ def test_the_p_in_words_example_shows_each_profiles_own_words_after_the_question
     copy drills."""
     from pathlib import Path
 
-    from orchlib.configfile import load_config
+    from orchlib.cli import build_parser
+    from orchlib.commands.demo import config_from
     from orchlib.demo.app import copy_drills, copy_examples
     from orchlib.models import build_default_policy
     from orchlib.prompting import render_prompt, tool_schemas
     from orchlib.tasks import PROFILES
 
-    cfg = load_config(Path(__file__).parents[1] / "examples" / "demo_p_in_words.yaml", DemoConfig, base=DemoConfig())
-    ro = cfg.grpo.rollout
+    example = Path(__file__).parents[1] / "examples" / "demo_p_in_words.yaml"
+    ro = config_from(build_parser().parse_args(["demo", "--config", str(example)])).grpo.rollout
     assert (ro.preference_at, ro.preference_style, sorted(ro.preference_words)) == ("user", "instruction",
                                                                                     ["accuracy", "thrifty"])
     _, tok = build_default_policy("tiny", seed=0)
