@@ -33,8 +33,9 @@ def shown_preference(task: Task) -> Preference:
 def preference_line(task: Task, config: Any) -> str:
     """P as the policy reads it: `shown_preference`'s line in `config.preference_style`."""
     p = shown_preference(task)
-    return p.render(weights=config.preference_style != "name", instruction=config.preference_style == "instruction",
-                    words=config.preference_words.get(p.name))
+    style = config.preference_style
+    return p.render(weights=style != "name", instruction=style in ("instruction", "words"),
+                    words=config.preference_words.get(p.name), vector=style != "words")
 
 
 def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> str:

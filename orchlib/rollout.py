@@ -60,14 +60,16 @@ class RolloutConfig(Settings):
     system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="the system turn's text; the tools and P are "
                                                                   "rendered after it")
     show_preference: bool = Field(True, description="render P in the prompt (the policy must see it)")
-    preference_style: Literal["weights", "name", "instruction"] = Field(
+    preference_style: Literal["weights", "name", "instruction", "words"] = Field(
         "weights", description="how P is rendered: its weights (`Preference (thrifty): accuracy=1, cost=1, ...`); "
                                "its profile's name alone (`Preference (thrifty):`), for a policy that learns "
                                "named profiles (the demo's tiny policy copies digits, and P's digits between the "
                                "question and its call drew that copying off); or a sentence per weight, then the "
-                               "weights (`instruction`, as ToolOrchestra shows P: `Preference.instruction`)")
+                               "weights (`instruction`, as ToolOrchestra shows P: `Preference.instruction`); or "
+                               "the words alone, no weights (`words`: the two demo profiles then differ in every "
+                               "id of their line, where the weights add ids they share)")
     preference_words: dict[str, str] = Field(
-        default_factory=dict, description="with preference_style='instruction': the words shown for a profile, by "
+        default_factory=dict, description="with preference_style 'instruction' or 'words': the words shown for a profile, by "
                                           "its name (ToolOrchestra's P comes with an instruction written for it); a "
                                           "profile not named here gets `Preference.instruction`'s sentence per weight")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(

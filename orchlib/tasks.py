@@ -39,19 +39,22 @@ class Preference(BaseModel):
     tools: dict[str, float] = Field(default_factory=dict, description="weight per tool on its call count")
     extra: dict[str, float] = Field(default_factory=dict, description="user-named entries, P.<name> in rewards")
 
-    def render(self, weights: bool = True, instruction: bool = False, words: str | None = None) -> str:
+    def render(self, weights: bool = True, instruction: bool = False, words: str | None = None,
+               vector: bool = True) -> str:
         """The line the orchestrator reads in its prompt (stable format: the policy learns it). `weights=False`:
         the profile's name alone, `Preference (thrifty):`, for a policy that learns named profiles.
         `instruction=True`: words before the weights, `Preference (thrifty): Get the answer right. Every dollar
         spent counts against you: ... (accuracy=1, cost=1, latency=0)`, as ToolOrchestra shows P: `words`
-        where given (an instruction written for this P), else `instruction()`'s."""
+        where given (an instruction written for this P), else `instruction()`'s; `vector=False` leaves the
+        weights out after them (`Preference (thrifty): Every dollar spent counts ...`)."""
         if not weights:
             return f"Preference ({self.name}):"
         parts = [f"accuracy={self.outcome:g}", f"cost={self.cost:g}", f"latency={self.latency:g}"]
         parts += [f"{t}={w:g}" for t, w in sorted(self.tools.items())]
         parts += [f"{k}={v:g}" for k, v in sorted(self.extra.items())]
         if instruction:
-            return f"Preference ({self.name}): {words or self.instruction()} (" + ", ".join(parts) + ")"
+            said = f"Preference ({self.name}): {words or self.instruction()}"
+            return said + " (" + ", ".join(parts) + ")" if vector else said
         return f"Preference ({self.name}): " + ", ".join(parts)
 
     def instruction(self) -> str:

@@ -90,6 +90,9 @@ def test_preference_instruction_says_each_weight_by_its_sign_then_the_weights():
     vector = p.render().split(": ", 1)[1]
     assert p.render(instruction=True, words="Mind the bill.") == f"Preference (mine): Mind the bill. ({vector})"
     assert p.render(words="Mind the bill.") == p.render()  # words are an instruction's: none without one
+    # the words alone, no vector after them
+    assert p.render(instruction=True, words="Mind the bill.", vector=False) == "Preference (mine): Mind the bill."
+    assert p.render(instruction=True, vector=False) == f"Preference (mine): {p.instruction()}"
 
 
 def test_save_and_load_round_trip(tmp_path):
