@@ -69,9 +69,10 @@ class RolloutConfig(Settings):
                                "the words alone, no weights (`words`: the two demo profiles then differ in every "
                                "id of their line, where the weights add ids they share)")
     preference_words: dict[str, str] = Field(
-        default_factory=dict, description="with preference_style 'instruction' or 'words': the words shown for a profile, by "
-                                          "its name (ToolOrchestra's P comes with an instruction written for it); a "
-                                          "profile not named here gets `Preference.instruction`'s sentence per weight")
+        default_factory=dict, description="with preference_style 'instruction' or 'words': the words shown for a "
+                                          "profile, by its name (ToolOrchestra's P comes with an instruction written "
+                                          "for it); a profile not named here gets `Preference.instruction`'s "
+                                          "sentence per weight")
     preference_at: Literal["system", "system_end", "user", "assistant"] = Field(
         "system", description="where P is rendered: the system turn, before the tools or at its end after them; "
                               "after the task in the user turn; or opening the orchestrator's own first turn as "

@@ -189,47 +189,57 @@ def test_the_demos_rollout_setting_reaches_every_phase(tmp_path, monkeypatch, po
     assert len(result.history) == 2
 
 
-def test_copy_drills_show_p_where_the_configs_rollout_puts_it_in_the_user_turn():
-    """Phase 1's short prompts follow the config's rollout: P after the question when it sits in the user
-    turn, none when it sits in the system turn (the short format has no system turn)."""
+def test_copy_drills_show_p_where_the_configs_rollout_puts_it():
+    """Phase 1's short prompts follow the config's rollout: the demo's own shows each profile's words after
+    the question; a rollout with P in the system turn shows none (the short format has no system turn)."""
     from orchlib.demo.app import copy_drills, copy_examples
-    from orchlib.demo.config import DEMO_ROLLOUT
+    from orchlib.demo.config import DEMO_ROLLOUT, DEMO_WORDS
     from orchlib.models import build_default_policy
 
     _, tok = build_default_policy("tiny", seed=0)
     drills = copy_drills(0, 4, set())
-    user = DEMO_ROLLOUT.model_copy(update={"preference_at": "user"})
-    shown = [tok.decode(e.ids) for e in copy_examples(drills, tok, user)]
-    assert all(f"{t.prompt}\n\n{t.preference.render()}" in text for t, text in zip(drills, shown))
-    assert not any("Preference (" in tok.decode(e.ids) for e in copy_examples(drills, tok))
+    shown = [tok.decode(e.ids) for e in copy_examples(drills, tok)]
+    assert all(f"{t.prompt}\n\nPreference ({t.preference.name}): {DEMO_WORDS[t.preference.name]}<|im_end|>" in text
+               for t, text in zip(drills, shown))
+    system = DEMO_ROLLOUT.model_copy(update={"preference_at": "system"})
+    assert not any("Preference (" in tok.decode(e.ids) for e in copy_examples(drills, tok, system))
 
 
-def test_the_p_in_words_example_shows_each_profiles_own_words_after_the_question():
-    """examples/demo_p_in_words.yaml loads as `orchlib demo --config` loads it, and its rollout shows each
-    profile's written words, then its weights, after the question: in the orchestration prompt and in the
-    copy drills."""
+def test_the_demo_shows_p_in_words_and_the_weights_example_as_it_was():
+    """The demo's prompt shows each profile's words, and no weights, after the question;
+    examples/demo_p_as_weights.yaml (loaded as `orchlib demo --config` loads it) shows the weights in the
+    system turn, with the warm start and GRPO as they were before the words."""
     from pathlib import Path
 
     from orchlib.cli import build_parser
     from orchlib.commands.demo import config_from
-    from orchlib.demo.app import copy_drills, copy_examples
+    from orchlib.demo.config import DEMO_ROLLOUT, DEMO_WORDS, DemoConfig
     from orchlib.models import build_default_policy
     from orchlib.prompting import render_prompt, tool_schemas
     from orchlib.tasks import PROFILES
 
-    example = Path(__file__).parents[1] / "examples" / "demo_p_in_words.yaml"
-    ro = config_from(build_parser().parse_args(["demo", "--config", str(example)])).grpo.rollout
-    assert (ro.preference_at, ro.preference_style, sorted(ro.preference_words)) == ("user", "instruction",
-                                                                                    ["accuracy", "thrifty"])
     _, tok = build_default_policy("tiny", seed=0)
     train, _, box = demo_suite(0, 8, 4)
+    ro = DemoConfig().grpo.rollout
+    assert ro == DEMO_ROLLOUT
+    lines = {}
     for name in ("accuracy", "thrifty"):
         task = train[-1].model_copy(update={"preference": PROFILES[name]})
-        line = f"Preference ({name}): {ro.preference_words[name]} ({PROFILES[name].render().split(': ', 1)[1]})"
         prompt = render_prompt(task, tool_schemas(box, task, ro.tool_schema), tok, ro)
-        assert f"{task.prompt}\n\n{line}<|im_end|>" in prompt and prompt.count("Preference (") == 1
-    drill = copy_drills(0, 1, set())[0]
-    assert ro.preference_words[drill.preference.name] in tok.decode(copy_examples([drill], tok, ro)[0].ids)
+        lines[name] = f"Preference ({name}): {DEMO_WORDS[name]}"
+        assert f"{task.prompt}\n\n{lines[name]}<|im_end|>" in prompt and prompt.count("Preference (") == 1
+        assert "cost=" not in prompt
+    # after the profile's name the two lines differ in nearly every place, not in one digit
+    a, t = (tok.encode(lines[n].split(": ", 1)[1], add_special_tokens=False) for n in ("accuracy", "thrifty"))
+    assert min(len(a), len(t)) >= 30 and sum(x != y for x, y in zip(a, t)) >= 0.9 * min(len(a), len(t))
+
+    example = Path(__file__).parents[1] / "examples" / "demo_p_as_weights.yaml"
+    old = config_from(build_parser().parse_args(["demo", "--config", str(example)]))
+    assert (old.grpo.rollout.preference_at, old.grpo.rollout.preference_style) == ("system", "weights")
+    assert (old.warm_start.reading_drills, old.warm_start.golden.max_steps, old.steps) == (0, 300, 80)
+    task = train[-1].model_copy(update={"preference": PROFILES["thrifty"]})
+    prompt = render_prompt(task, tool_schemas(box, task, old.grpo.rollout.tool_schema), tok, old.grpo.rollout)
+    assert prompt.index("Preference (thrifty): accuracy=1, cost=1, latency=0") < prompt.index("<tools>")
 
 
 def test_phase_one_ends_a_margin_after_the_gate_is_first_met():

@@ -54,7 +54,7 @@ def test_demo_flag_turns_on_the_measured_reading_setting():
     from orchlib.demo import DemoConfig
 
     plain = config_from(build_parser().parse_args(["demo", "--seed", "2"]))
-    assert plain == DemoConfig(seed=2) and plain.warm_start.reading_drills == 0
+    assert plain == DemoConfig(seed=2) and plain.warm_start.reading_drills == 400
     drilled = config_from(build_parser().parse_args(["demo", "--seed", "2", "--reading-drills"]))
     assert drilled.warm_start.reading_drills == 800 and drilled.warm_start.golden.max_steps == 450
     # the rest of the nested settings are the demo's own, not the library's defaults

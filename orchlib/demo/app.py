@@ -2,11 +2,12 @@
 
     orchlib demo [--steps N] [--size tiny|small] [--seed S] [--out DIR] [--reading-drills]
 
-Build the default policy → SFT warm start on golden trajectories (format, and that the choice depends
-on P but not which way: each GSM8K question under both profiles with opposite tools, each way on half of
-them, `counterbalanced`; and the calculator for arithmetic, where it is exact and free and so right under
-every profile), with `--reading-drills` also on preference-reading drills over a
-pair of tools the demo never offers (`reading_drills`) → check the format before RL → GRPO with
+P is shown in words after the question (`DEMO_WORDS`, `preference_style="words"`). Build the default
+policy → copy drills (phase 1) → SFT warm start on golden trajectories (format, and that the choice
+depends on P but not which way: each GSM8K question under both profiles with opposite tools, each way on
+half of them, `counterbalanced`; and the calculator for arithmetic, where it is exact and free and so
+right under every profile), mixed with preference-reading drills over a pair of tools the demo never
+offers (`reading_drills`; `--reading-drills` doubles them) → check the format before RL → GRPO with
 rewards/toolorchestra.yaml on train tasks, drawn evenly from both categories and each under both the
 "accuracy" and the "thrifty" profile; the update pushes the called tool's name only (by its
 expectation over the tools a group tried, `choice_gradient`), learns on GSM8K how the two profiles'

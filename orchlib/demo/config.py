@@ -18,9 +18,9 @@ from orchlib.shipped import shipped_dir
 from orchlib.train.config import GRPOConfig
 from orchlib.train.sft import SFTConfig
 
-__all__ = ["DemoConfig", "DemoResult", "DEMO_TOOLS", "DEMO_TOOL_NAMES", "DEMO_PROFILES", "EXPENSIVE", "READING_PAIR",
-           "READING_SETTINGS", "CALL_OPENING", "REWARD_FILE", "DEMO_ROLLOUT", "WarmStartConfig", "COPY_SFT",
-           "GOLDEN_SFT", "DEMO_GRPO", "DEMO_VARIANTS"]
+__all__ = ["DemoConfig", "DemoResult", "DEMO_WORDS", "DEMO_TOOLS", "DEMO_TOOL_NAMES", "DEMO_PROFILES", "EXPENSIVE",
+           "READING_PAIR", "READING_SETTINGS", "CALL_OPENING", "REWARD_FILE", "DEMO_ROLLOUT", "WarmStartConfig",
+           "COPY_SFT", "GOLDEN_SFT", "DEMO_GRPO", "DEMO_VARIANTS"]
 
 # Tools offered per category in the demo (all final, see the module docstring).
 # Two per category, one cheap and one dear, so P decides: the free calculator (exact when the policy
@@ -34,21 +34,35 @@ EXPENSIVE = "generalist"
 # the golden call is the one P names: they teach the policy to read P where it chooses, not which demo
 # tool each P calls for.
 READING_PAIR: dict[str, str] = {"accuracy": "gpt4", "thrifty": "specialist"}
-# The DemoConfig settings `orchlib demo --reading-drills` merges in (`configfile.merged`): the drills need a
-# longer phase 2.
+# The DemoConfig settings `orchlib demo --reading-drills` merges in (`configfile.merged`): twice the drills,
+# with a longer phase 2 to hold them.
 READING_SETTINGS: dict[str, Any] = {"warm_start": {"reading_drills": 800, "golden": {"max_steps": 450}}}
 # the shipped reward file (package data: found in a wheel as in a checkout)
 REWARD_FILE = shipped_dir("rewards") / "toolorchestra.yaml"
 
+# P in words alone, after the question, a sentence per profile, the two differing in nearly every id: as weights
+# (`accuracy=1, cost=0, latency=0`) the two profiles' lines differ in two ids of ~170, and after the warm
+# start the GSM8K choice's gradients under the two profiles were parallel to 1 - cos 6e-6..4e-5, the
+# sliver RL had to build P's reading from. In words after the question: 4.6e-3..2.4e-2 on settings seeds
+# (docs/results.md, "The demo").
+DEMO_WORDS: dict[str, str] = {
+    "accuracy": "only a right answer counts here; what a tool costs does not matter at all, so call the tool most "
+                "likely to be right, however dear.",
+    "thrifty": "every dollar spent counts against the answer; call a cheap tool that is good enough rather than a "
+               "dear one, and save money."}
+
 DEMO_ROLLOUT = RolloutConfig(
     max_turns=2, max_new_tokens=40, tool_schema="compact", tool_latency="declared",
-    system_prompt="You are an orchestrator. Call one tool; its answer is final.", temperature=0.7)
+    system_prompt="You are an orchestrator. Call one tool; its answer is final.", temperature=0.7,
+    preference_at="user", preference_style="words", preference_words=DEMO_WORDS)
 
-# Phase 1: a constant lr, since the gate (not a schedule) ends it; batch 16 of ~50-id drills.
+# Phase 1: a constant lr, since the gate (not a schedule) ends it; batch 16 of ~90-id drills (the question,
+# then P's words).
 COPY_SFT = SFTConfig(max_steps=1500, batch_size=16, shared_prompt=True, learning_rate=1e-3, schedule="constant",
                      warmup_fraction=0.02)
-# Phase 2: golden trajectories in the orchestration format, cosine to 0.
-GOLDEN_SFT = SFTConfig(max_steps=300, batch_size=16, shared_prompt=True, learning_rate=3e-3)
+# Phase 2: golden trajectories in the orchestration format, cosine to 0. 250 steps, not 300: the words
+# lengthen every prompt, and the time goes to the reading drills mixed in.
+GOLDEN_SFT = SFTConfig(max_steps=250, batch_size=16, shared_prompt=True, learning_rate=3e-3)
 # The paper's knobs as the demo sets them: mean-only advantages, a KL to the warm start, a short warm-up.
 DEMO_GRPO = GRPOConfig(learning_rate=5e-4, kl_coef=0.03, shared_prompt=True, tasks_per_step=4, group_size=8,
                        advantage_scale="none", warmup_steps=10, rollout=DEMO_ROLLOUT)
@@ -79,8 +93,10 @@ class WarmStartConfig(Settings):
                                                          "golden one drawn at random")
     extra_gsm8k: int = Field(300, ge=0, description="GSM8K questions phase 2 adds (in neither split), so the "
                                                     "format holds on unseen questions")
-    reading_drills: int = Field(0, ge=0, description="preference-reading drills over a pair of tools the demo "
-                                                     "never offers (`orchlib demo --reading-drills`)")
+    reading_drills: int = Field(400, ge=0, description="preference-reading drills over a pair of tools the "
+                                "demo never offers, mixed into phase 2: they teach reading P's words where the "
+                                "choice is made, not which demo tool each P calls for (3-4x the 1 - cos after "
+                                "the warm start on settings seeds)")
     calculator_only: bool = Field(True, description="arithmetic's golden call is the calculator alone: exact and "
                                                     "free, it is right under every P, so format, not a choice")
     choice: Literal["each", "counterbalanced"] = Field(
@@ -103,7 +119,8 @@ class DemoConfig(Settings):
     n_test: int = Field(80, ge=4, description="held-out test tasks, each evaluated under both profiles")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="before RL: copy drills, "
                                         "then golden trajectories")
-    steps: int = Field(80, ge=0, description="GRPO steps")
+    steps: int = Field(60, ge=0, description="GRPO steps (with P in words the choice separates within them; "
+                                          "80 were needed when P was its weights)")
     grpo: GRPOConfig = Field(DEMO_GRPO, description="the paper's knobs (its seed is `seed`, its decay_steps "
                                                     "follow `lr_decay`; its rollout renders the prompts of every "
                                                     "phase, warm start and evaluations too)")

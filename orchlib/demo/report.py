@@ -272,8 +272,9 @@ def check_caveats(m: dict[str, Any]) -> list[str]:
             "pass on one and fail on another; benchmarks/bench_demo.py measures the bars over seeds",
             "why it varies: after the warm start, 1 - cos between the GSM8K choice's gradients under the two "
             f"profiles was {1 - m['format'].get('profile_cosine', float('nan')):.1e} (after RL: "
-            f"{1 - m.get('profile_cosine', float('nan')):.2f}): RL builds the choice's dependence on P from "
-            "that small a part of each update (orchlib.evaluate.gradients.profile_gradient_cosine)"]
+            f"{1 - m.get('profile_cosine', float('nan')):.2f}; the demo aims for >= 1e-2 before RL): RL builds the "
+            "choice's dependence on P from that part of each update, the smaller it is the more rounding can move "
+            "it (orchlib.evaluate.gradients.profile_gradient_cosine)"]
 
 
 def table_text(m: dict[str, Any]) -> str:
