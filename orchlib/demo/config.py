@@ -43,8 +43,8 @@ REWARD_FILE = shipped_dir("rewards") / "toolorchestra.yaml"
 # P in words alone, after the question, a sentence per profile, the two differing in nearly every id: as weights
 # (`accuracy=1, cost=0, latency=0`) the two profiles' lines differ in two ids of ~170, and after the warm
 # start the GSM8K choice's gradients under the two profiles were parallel to 1 - cos 6e-6..4e-5, the
-# sliver RL had to build P's reading from. In words after the question: 4.6e-3..2.4e-2 on settings seeds
-# (docs/results.md, "The demo").
+# sliver RL had to build P's reading from. In words after the question: 4.2e-3..2.4e-2 on settings seeds, and
+# 1.1e-2..3.2e-2 with the warm start's reading drills (docs/results.md, "The demo").
 DEMO_WORDS: dict[str, str] = {
     "accuracy": "only a right answer counts here; what a tool costs does not matter at all, so call the tool most "
                 "likely to be right, however dear.",
@@ -95,8 +95,8 @@ class WarmStartConfig(Settings):
                                                     "format holds on unseen questions")
     reading_drills: int = Field(400, ge=0, description="preference-reading drills over a pair of tools the "
                                 "demo never offers, mixed into phase 2: they teach reading P's words where the "
-                                "choice is made, not which demo tool each P calls for (3-4x the 1 - cos after "
-                                "the warm start on settings seeds)")
+                                "choice is made, not which demo tool each P calls for (1.7-3.3x the 1 - cos "
+                                "after the warm start on settings seeds)")
     calculator_only: bool = Field(True, description="arithmetic's golden call is the calculator alone: exact and "
                                                     "free, it is right under every P, so format, not a choice")
     choice: Literal["each", "counterbalanced"] = Field(
@@ -119,8 +119,9 @@ class DemoConfig(Settings):
     n_test: int = Field(80, ge=4, description="held-out test tasks, each evaluated under both profiles")
     warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="before RL: copy drills, "
                                         "then golden trajectories")
-    steps: int = Field(60, ge=0, description="GRPO steps (with P in words the choice separates within them; "
-                                          "80 were needed when P was its weights)")
+    steps: int = Field(60, ge=0, description="GRPO steps (60, not 80: the words lengthen every prompt, and with "
+                                          "them GSM8K controllability reached 82-93 points within 60 on settings "
+                                          "seeds)")
     grpo: GRPOConfig = Field(DEMO_GRPO, description="the paper's knobs (its seed is `seed`, its decay_steps "
                                                     "follow `lr_decay`; its rollout renders the prompts of every "
                                                     "phase, warm start and evaluations too)")
