@@ -33,9 +33,11 @@ def shown_preference(task: Task) -> Preference:
 def preference_line(task: Task, config: Any) -> str:
     """P as the policy reads it: `shown_preference`'s line in `config.preference_style`."""
     p = shown_preference(task)
-    style = config.preference_style
-    return p.render(weights=style != "name", instruction=style in ("instruction", "words"),
-                    words=config.preference_words.get(p.name), vector=style != "words")
+    style, words = config.preference_style, config.preference_words.get(p.name)
+    # "words" drops the weights only where words were written for the profile: a P without them (a sweep's
+    # grid point) keeps its weights, which the generated sentences (one per sign) cannot say
+    return p.render(weights=style != "name", instruction=style in ("instruction", "words"), words=words,
+                    vector=style != "words" or words is None)
 
 
 def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> str:

@@ -66,8 +66,9 @@ class RolloutConfig(Settings):
                                "named profiles (the demo's tiny policy copies digits, and P's digits between the "
                                "question and its call drew that copying off); or a sentence per weight, then the "
                                "weights (`instruction`, as ToolOrchestra shows P: `Preference.instruction`); or "
-                               "the words alone, no weights (`words`: the two demo profiles then differ in nearly "
-                               "every id of their line, where the weights add ids they share)")
+                               "the words written for the profile alone, no weights (`words`: the two demo "
+                               "profiles then differ in nearly every id of their line, where the weights add ids "
+                               "they share; a profile with no words written is shown as `instruction` shows it)")
     preference_words: dict[str, str] = Field(
         default_factory=dict, description="with preference_style 'instruction' or 'words': the words shown for a "
                                           "profile, by its name (ToolOrchestra's P comes with an instruction written "

@@ -124,7 +124,7 @@ def test_the_first_line_names_the_objective_field_by_field():
         return objective_line({"config": DemoConfig(**settings).model_dump()})
 
     paper = dict(variants=VariantConfig(), replay_coef=0.0)
-    knobs = "(lr 0.0005, KL 0.03, 4 tasks x 8 rollouts a step, 80 steps)"
+    knobs = "(lr 0.0005, KL 0.03, 4 tasks x 8 rollouts a step, 60 steps)"
     assert line(**paper, grpo=std) == f"trained with the paper's GRPO, no variant {knobs}"
     # each departure named: a hook's field, the SFT replay, Dr. GRPO's mean-only advantages
     assert line(**paper, grpo=mean_only) == (
@@ -137,5 +137,5 @@ def test_the_first_line_names_the_objective_field_by_field():
     default = objective_line({"config": DemoConfig().model_dump()})
     assert default.startswith("trained with a variant of the paper's GRPO, set in this run's DemoConfig: "
                               "category_quota={'gsm8k': 3, 'arithmetic': 1}; ")
-    assert default.endswith("80 steps). Why: the demo's default, since with the paper's GRPO the tiny policy's "
+    assert default.endswith("60 steps). Why: the demo's default, since with the paper's GRPO the tiny policy's "
                             "checks did not hold on every seed (docs/results.md)")

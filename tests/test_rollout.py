@@ -284,9 +284,9 @@ def test_preference_style_instruction_puts_the_words_before_the_weights_where_p_
     alone = own.model_copy(update={"preference_style": "words"})
     assert render_prompt(TASK, toolbox.schemas(), tok, alone) == weights.replace(
         line, "Preference (thrifty): Spend as little as you can.")
-    generated = alone.model_copy(update={"preference_words": {}})
-    assert render_prompt(TASK, toolbox.schemas(), tok, generated) == said.replace(
-        " (accuracy=1, cost=1, latency=0)", "")
+    # a profile with no words written keeps its weights: the sentences say only each weight's sign
+    generated = alone.model_copy(update={"preference_words": {"accuracy": "Be right."}})
+    assert render_prompt(TASK, toolbox.schemas(), tok, generated) == said
 
 
 # A ChatML template that drops `tools=` (as SmolLM2's does): the rollout must list the tools itself.
