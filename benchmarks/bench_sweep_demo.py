@@ -2,13 +2,16 @@
 vectors, beside the baselines and the oracle on the same test tasks.
 
     .venv/bin/python benchmarks/bench_sweep_demo.py [--seed 0] [--steps 80] [--out out/bench_sweep_demo]
+    .venv/bin/python benchmarks/bench_sweep_demo.py --config examples/demo_p_as_weights.yaml  # P as weights
 
 Runs the demo (`orchlib.demo.run_demo`, the full warm start and GRPO under "accuracy" and "thrifty"),
 then `orchlib.sweep.sweep` of the trained policy over `preference_grid(cost=[0, 0.25, 0.5, 1, 2, 4])`
 on the demo's 80 test tasks, two sampled runs per task and P. Prints one table per P (accuracy, $, s,
 tool mix, `*` on the front), the hypervolumes of the sweep, of each baseline and of the oracle against
 one reference point, and writes the figure to `<out>/sweep.html`. The policy saw two named profiles
-in training; the grid asks how it answers weights between and beyond them.
+in training; the grid asks how it answers weights between and beyond them. The demo shows its two
+profiles in words written for them; a grid point has none, so it is shown as its generated sentences and
+its weights (`preference_style="words"`), a line the policy never saw.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
     ap.add_argument("--out", default="out/bench_sweep_demo")
+    ap.add_argument("--config", default=None, help="a DemoConfig file, as `orchlib demo --config` takes it")
     args = ap.parse_args(argv)
 
     from orchlib.baselines import make_baselines, try_routes
-    from orchlib.configfile import merged
+    from orchlib.configfile import load_config, merged
     from orchlib.demo import DemoConfig, run_demo
-    from orchlib.demo.config import DEMO_ROLLOUT, DEMO_TOOLS
+    from orchlib.demo.config import DEMO_TOOLS
     from orchlib.engines import TransformersEngine
     from orchlib.env import Environment
     from orchlib.evaluate import evaluate
@@ -37,19 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     settings = {"seed": args.seed, "out": str(out / "demo")} | ({"steps": args.steps} if args.steps is not None else {})
     t0 = time.perf_counter()
-    result = run_demo(merged(DemoConfig(), settings), progress=False)
+    base = load_config(args.config, DemoConfig, base=DemoConfig()) if args.config else DemoConfig()
+    config = merged(base, settings)
+    ro = config.grpo.rollout  # the run's own rendering of P and the tools, for the baselines and the sweep
+    result = run_demo(config, progress=False)
     t_demo = time.perf_counter() - t0
     model, tok = result.policy
     env = result.env
     prefs = preference_grid(cost=[0, 0.25, 0.5, 1, 2, 4])
     t0 = time.perf_counter()
     per_category = {c: [t for t in env.train if t.category == c][:20] for c in DEMO_TOOLS}
-    calibration = try_routes([t for ts in per_category.values() for t in ts], env.tools, tok, DEMO_ROLLOUT)
-    engines = make_baselines(env.test, env.tools, tok, calibration=calibration, config=DEMO_ROLLOUT, seed=args.seed)
-    references = {n: evaluate(e, Environment(test=env.test, tools=env.tools), config=DEMO_ROLLOUT, name=n) for n,
+    calibration = try_routes([t for ts in per_category.values() for t in ts], env.tools, tok, ro)
+    engines = make_baselines(env.test, env.tools, tok, calibration=calibration, config=ro, seed=args.seed)
+    references = {n: evaluate(e, Environment(test=env.test, tools=env.tools), config=ro, name=n) for n,
                   e in engines.items()}
     res = sweep(TransformersEngine(model, tok, seed=args.seed), env.test, env.tools, prefs, reward=env.reward,
-                config=DEMO_ROLLOUT, group_size=2, name="demo policy", references=references)
+                config=ro, group_size=2, name="demo policy", references=references)
     t_sweep = time.perf_counter() - t0
     print(res.table())
     print("\nhypervolume (cost-accuracy):")
