@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from orchlib.baselines import make_baselines, try_routes
-    from orchlib.configfile import load_config, merged
-    from orchlib.demo import DemoConfig, run_demo
+    from orchlib.cli import build_parser
+    from orchlib.commands.demo import config_from
+    from orchlib.demo import run_demo
     from orchlib.demo.config import DEMO_TOOLS
     from orchlib.engines import TransformersEngine
     from orchlib.env import Environment
@@ -39,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     from orchlib.sweep import preference_grid, sweep
 
     out = Path(args.out)
-    settings = {"seed": args.seed, "out": str(out / "demo")} | ({"steps": args.steps} if args.steps is not None else {})
+    # the DemoConfig `orchlib demo` itself would run: the file's settings, then the flags
+    demo_argv = ["demo", "--seed", str(args.seed), "--out", str(out / "demo")]
+    demo_argv += (["--steps", str(args.steps)] if args.steps is not None else []) + (
+        ["--config", args.config] if args.config else [])
     t0 = time.perf_counter()
-    base = load_config(args.config, DemoConfig, base=DemoConfig()) if args.config else DemoConfig()
-    config = merged(base, settings)
+    config = config_from(build_parser().parse_args(demo_argv))
     ro = config.grpo.rollout  # the run's own rendering of P and the tools, for the baselines and the sweep
     result = run_demo(config, progress=False)
     t_demo = time.perf_counter() - t0
