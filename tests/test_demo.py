@@ -240,7 +240,6 @@ def test_the_demo_shows_p_in_words_and_the_weights_example_as_it_was():
     old = config_from(build_parser().parse_args(["demo", "--config", str(example)]))
     assert (old.grpo.rollout.preference_at, old.grpo.rollout.preference_style) == ("system", "weights")
     assert (old.warm_start.reading_drills, old.warm_start.golden.max_steps, old.steps) == (0, 300, 80)
-    assert old.warm_start.copy_margin_steps == 50 != DemoConfig().warm_start.copy_margin_steps
     task = train[-1].model_copy(update={"preference": PROFILES["thrifty"]})
     prompt = render_prompt(task, tool_schemas(box, task, old.grpo.rollout.tool_schema), tok, old.grpo.rollout)
     assert prompt.index("Preference (thrifty): accuracy=1, cost=1, latency=0") < prompt.index("<tools>")

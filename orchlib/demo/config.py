@@ -85,9 +85,8 @@ class WarmStartConfig(Settings):
                                                   "met (its seed is DemoConfig.seed)")
     copy_gate: float = Field(0.95, ge=0, le=1, description="phase 1 runs until held-out drills are copied this "
                                                            "exactly (greedy, checked every 50 steps)...")
-    copy_margin_steps: int = Field(150, ge=0, description="...then this many steps more: copying appears "
-                                   "abruptly, at a step that float rounding moves, and phase 2 wears it down (150, "
-                                   "not 50: arithmetic copied before RL 0.975-0.988 on settings seeds, not 0.93-0.95)")
+    copy_margin_steps: int = Field(50, ge=0, description="...then this many steps more: copying appears abruptly, "
+                                                         "at a step that float rounding moves")
     golden: SFTConfig = Field(GOLDEN_SFT, description="phase 2's SFT on golden trajectories (its seed is "
                                                       "DemoConfig.seed)")
     extra_arithmetic: int = Field(400, ge=0, description="arithmetic tasks phase 2 adds, offering both tools, the "
