@@ -30,7 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from orchlib.baselines import make_baselines, try_routes
-    from orchlib.cli import build_parser
     from orchlib.commands.demo import config_from
     from orchlib.demo import run_demo
     from orchlib.demo.config import DEMO_TOOLS
@@ -41,11 +40,10 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     # the DemoConfig `orchlib demo` itself would run: the file's settings, then the flags
-    demo_argv = ["demo", "--seed", str(args.seed), "--out", str(out / "demo")]
-    demo_argv += (["--steps", str(args.steps)] if args.steps is not None else []) + (
-        ["--config", args.config] if args.config else [])
+    flags = argparse.Namespace(config=args.config, steps=args.steps, size=None, seed=args.seed,
+                               out=str(out / "demo"), reading_drills=False)
     t0 = time.perf_counter()
-    config = config_from(build_parser().parse_args(demo_argv))
+    config = config_from(flags)
     ro = config.grpo.rollout  # the run's own rendering of P and the tools, for the baselines and the sweep
     result = run_demo(config, progress=False)
     t_demo = time.perf_counter() - t0
