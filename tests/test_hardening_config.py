@@ -215,6 +215,31 @@ def test_yaml_ints_and_floats_still_load_and_every_shipped_run_config_reads(tmp_
         load_config(p, DemoConfig if p.name.startswith("demo_") else RunConfig)
 
 
+def test_a_run_whose_phases_would_train_in_two_precisions_on_some_machine_is_refused_when_read(tmp_path):
+    """Accelerate keeps one precision per process: 'amx' (bf16 on an AMX CPU or a GPU) for the warm start and
+    'no' for GRPO ran on an AMD CPU and failed between the phases on the others. The file is refused when
+    read, naming the machine and each phase's setting; settings that agree everywhere load."""
+    from orchlib.train.run import RunConfig
+
+    path = write(tmp_path / "run.yaml", "warm_start: {mixed_precision: amx}\ngrpo: {mixed_precision: 'no'}\n")
+    with pytest.raises(ConfigFileError) as e:
+        load_config(path, RunConfig)
+    assert str(e.value) == (
+        f"{path}:1: (file): Value error, mixed_precision: a run trains in one precision (Accelerate keeps one per "
+        f"process), but on a GPU its phases would differ (grpo.mixed_precision: 'no' (no), "
+        f"warm_start.mixed_precision: 'amx' (bf16)); give every phase the same setting")
+    with pytest.raises(ValueError, match=r"on a CPU with AMX its phases would differ \(grpo.mixed_precision: "
+                                         r"'bf16' \(bf16\), warm_start.mixed_precision: 'auto' \(no\), "
+                                         r"order_drills.sft.mixed_precision: 'amx' \(bf16\)\)"):
+        RunConfig(grpo={"mixed_precision": "bf16"}, warm_start={"mixed_precision": "auto"},
+                  order_drills={"sft": {"mixed_precision": "amx"}})
+    for agree in ("auto", "no", "bf16"):
+        cfg = RunConfig(grpo={"mixed_precision": agree}, warm_start={"mixed_precision": agree},
+                        order_drills={"sft": {"mixed_precision": agree}})
+        assert cfg.grpo.mixed_precision == cfg.warm_start.mixed_precision == agree
+    assert RunConfig(grpo={"mixed_precision": "no"}, warm_start=None).warm_start is None  # one phase: nothing to agree
+
+
 def test_the_demo_and_variant_configs_refuse_infinities_and_booleans_too():
     from pydantic import ValidationError
 

@@ -43,6 +43,13 @@ from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
 
+# What each `mixed_precision` setting trains in on a GPU with bf16, on a CPU with AMX and on any other CPU
+# (`orchlib.train.accel.resolve_mixed_precision`). Accelerate keeps one precision per process, so a run's
+# phases must agree on every machine, not only on the one a recipe was written on.
+_MACHINES = ("a GPU", "a CPU with AMX", "a CPU without AMX")
+_PRECISION_ON = {"auto": ("bf16", "no", "no"), "amx": ("bf16", "bf16", "no"), "no": ("no",) * 3,
+                 "bf16": ("bf16",) * 3, "fp16": ("fp16",) * 3}
+
 
 class RunConfig(Settings):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -85,6 +92,22 @@ class RunConfig(Settings):
         if self.evidence_drills is not None and self.grpo.rollout.tool_schema != "brief":
             raise ValueError(f"evidence_drills: the drills' descriptions are read from the 'brief' list of tools; "
                              f"grpo.rollout.tool_schema is {self.grpo.rollout.tool_schema!r}, set it to 'brief'")
+        return self
+
+    @model_validator(mode="after")
+    def _one_precision(self) -> RunConfig:
+        phases = {"grpo.mixed_precision": self.grpo.mixed_precision}
+        if self.warm_start is not None:
+            phases["warm_start.mixed_precision"] = self.warm_start.mixed_precision
+        for name in ("order_drills", "evidence_drills"):
+            if getattr(self, name) is not None:
+                phases[f"{name}.sft.mixed_precision"] = getattr(self, name).sft.mixed_precision
+        for i, machine in enumerate(_MACHINES):
+            if len({_PRECISION_ON[v][i] for v in phases.values()}) > 1:
+                said = ", ".join(f"{k}: {v!r} ({_PRECISION_ON[v][i]})" for k, v in phases.items())
+                raise ValueError(f"mixed_precision: a run trains in one precision (Accelerate keeps one per "
+                                 f"process), but on {machine} its phases would differ ({said}); give every "
+                                 f"phase the same setting")
         return self
 
 
