@@ -37,7 +37,9 @@ tools' cards (calculator, generalist, mixtral) described by `orchlib.describe` a
 description on a line below the tool list): its SFT warm start, then `--grpo-steps` of the paper's GRPO
 (default 0: the warm start alone, to fit 30 minutes). A checkpoint must come from a run that listed its
 tools `brief`: a policy that learned its calls from `compact` lines was seen copying the description
-lines into its calls. The seeds run side by side, one process and one thread each.
+lines into its calls. The seeds run side by side, one process and one thread each. With a recipe that drills first
+(`examples/smollm2_cards.yaml`: order and evidence drills, tools listed `brief`; sized for a GPU), each seed's
+drills are printed with their held-out share at every check (the run's `warm_start.json`).
 
 Then three tools the policy never saw, under names that say nothing, on the recipe's held-out GSM8K and
 arithmetic questions under "accuracy" and "thrifty": atlas (GPT-4-1106's recorded GSM8K answers), lyra
@@ -223,7 +225,9 @@ def unseen_arms(describe_tasks, seed: int, describe_n: int) -> dict[str, list]:
 def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps: int):
     """The real-model recipe (`config`) with every seen tool's card described by `orchlib.describe` and
     listed 'brief' (descriptions in the prompt): its SFT warm start, then `grpo_steps` of the paper's GRPO
-    (0: the warm start alone). Returns the Trainer."""
+    (0: the warm start alone). Returns the Trainer and the run's warm_start.json (its drills' records)."""
+    import json
+
     from orchlib.configfile import load_config
     from orchlib.envs import make_choice_suite, make_read_suite, make_suite
     from orchlib.train.run import RunConfig, run_training
@@ -242,7 +246,8 @@ def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps
                         "warm_start": cfg.warm_start.model_copy(update={"seed": seed}) if cfg.warm_start else None,
                         **{k: getattr(cfg, k).model_copy(update={"seed": seed})
                            for k in ("order_drills", "evidence_drills") if getattr(cfg, k) is not None}})
-    return run_training(run, progress=False, env=suite.environment(cfg.env.reward))
+    trainer = run_training(run, progress=False, env=suite.environment(cfg.env.reward))
+    return trainer, json.loads((Path(run.out) / "warm_start.json").read_text(encoding="utf-8"))
 
 
 def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n: int, grpo_steps: int) -> dict:
@@ -259,10 +264,11 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
     torch.set_num_threads(1)  # one process per seed, side by side
     t0 = time.perf_counter()
     cfg = load_config(config, RunConfig)
+    warm = None  # the drills' records, when the policy is trained here
     if Path(policy).is_dir():
         trainer = Trainer.resume(policy, load_environment(cfg))  # the environment it trained in
     else:
-        trainer = train_reader(policy, config, seed, describe_n, grpo_steps)
+        trainer, warm = train_reader(policy, config, seed, describe_n, grpo_steps)
     trained_s = time.perf_counter() - t0
     print(f"seed {seed}: policy ready in {trained_s:.0f} s", flush=True)  # the seeds' processes print as they go
     rollout_config = trainer.config.rollout.model_copy(update={"tool_schema": "brief"})
@@ -290,7 +296,7 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
                              "cost": traj.cost_usd, "well_formed": well_formed([traj]) == 1.0})
         print(f"seed {seed}: arm {arm!r} evaluated ({time.perf_counter() - t0:.0f} s)", flush=True)
     return {"rows": rows, "descriptions": {arm: {c.name: c.description for c in cards} for arm, cards in arms.items()},
-            "seconds": {"train": trained_s, "evaluate": time.perf_counter() - t0 - trained_s}}
+            "seconds": {"train": trained_s, "evaluate": time.perf_counter() - t0 - trained_s}, "warm_start": warm}
 
 
 def share_ci(hits: int, n: int) -> str:
@@ -341,6 +347,18 @@ def unseen_tables(rows: list[dict]) -> str:
     return text
 
 
+def drill_lines(warm: dict | None) -> list[str]:
+    """One line per drill a trained policy went through: its steps, seconds and held-out share at each check."""
+    out = []
+    for name in ("order_drills", "evidence_drills"):
+        if warm and name in warm:
+            d = warm[name]
+            curve = ", ".join(f"{step:.0f}: {share:.2f}" for step, share in d["checks"])
+            out.append(f"{name.replace('_', ' ')}: {d['steps']:.0f} steps in {warm['wall_s'].get(name, 0):.0f} s; "
+                       f"held-out share at each check (step: share): {curve}")
+    return out
+
+
 def unseen_main(args) -> None:
     """`--policy MODEL` (trained here, once per `--seeds` seed) or `--policy CKPT [CKPT ...]` (one checkpoint
     a seed): each seed in its own process, then one table."""
@@ -372,6 +390,8 @@ def unseen_main(args) -> None:
         Path(args.out).write_text(json.dumps(done, indent=1), encoding="utf-8")
     for s, d in zip(seeds, done):
         print(f"seed {s}: training {d['seconds']['train']:.0f} s, evaluation {d['seconds']['evaluate']:.0f} s")
+        for line in drill_lines(d.get("warm_start")):
+            print(f"  {line}")
     print(f"\ntotal {time.perf_counter() - t0:.0f} s ({cpu_description()}; the seeds side by side, one thread each)")
 
 

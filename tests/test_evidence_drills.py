@@ -120,6 +120,26 @@ def test_a_run_drills_evidence_before_its_warm_start_and_records_it(tmp_path):
     run_training(RunConfig.model_validate(spec), progress=False)
     ev = json.loads((tmp_path / "run" / "evaluation.json").read_text())
     assert ev["warm_start"]["evidence_drills"]["steps"] == 2 and "evidence_drills" in ev["wall_s"]
+    warm = json.loads((tmp_path / "run" / "warm_start.json").read_text())
+    assert warm["evidence_drills"]["checks"] == [[2.0, warm["evidence_drills"]["accuracy"]]]
     spec["grpo"]["rollout"]["tool_schema"] = "compact"
     with pytest.raises(ValueError, match=re.escape("grpo.rollout.tool_schema is 'compact', set it to 'brief'")):
         RunConfig.model_validate(spec)
+
+
+def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_describe
+    finally:
+        sys.path.pop(0)
+    warm = {"wall_s": {"load": 1.0, "order_drills": 61.4, "evidence_drills": 903.0, "warm_start": 40.0},
+            "order_drills": {"steps": 30.0, "accuracy": 1.0, "checks": [[10.0, 0.5], [20.0, 0.96], [30.0, 1.0]]},
+            "evidence_drills": {"steps": 50.0, "accuracy": 0.453, "checks": [[25.0, 0.391], [50.0, 0.453]]}}
+    assert bench_describe.drill_lines(warm) == [
+        "order drills: 30 steps in 61 s; held-out share at each check (step: share): 10: 0.50, 20: 0.96, 30: 1.00",
+        "evidence drills: 50 steps in 903 s; held-out share at each check (step: share): 25: 0.39, 50: 0.45"]
+    assert bench_describe.drill_lines({"wall_s": {}}) == [] and bench_describe.drill_lines(None) == []

@@ -102,6 +102,26 @@ def test_drill_order_trains_the_policy_for_its_budget_and_reports_it(tiny_policy
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def test_the_drills_record_every_check_of_the_gate_and_the_last_measure(tiny_policy):
+    """drill_to_gate's `checks`: [step, share] at every check until the gate, then the measure at the end.
+    Scripted readings: 0.2 at step 2, 0.5 at 4, the gate (0.97) at 6, two margin steps unmeasured, and the
+    last measure after step 8, where training stopped."""
+    import copy
+
+    from orchlib.train.drills import OrderDrillConfig, drill_to_gate
+    from orchlib.train.sft import SFTConfig
+
+    model, tok = tiny_policy
+    model = copy.deepcopy(model)
+    readings = iter([0.2, 0.5, 0.97, 0.99])
+    cfg = OrderDrillConfig(n=8, held_out=1, gate=0.95, check_every=2, margin_steps=2,
+                           sft=SFTConfig(max_steps=20, batch_size=4))
+    examples = order_drill_examples(order_drills(3, 8), tok)
+    got = drill_to_gate(model, tok, examples, cfg, lambda: next(readings), "drills", False, 0.0)
+    assert got["checks"] == [[2.0, 0.2], [4.0, 0.5], [6.0, 0.97], [8.0, 0.99]]
+    assert (got["steps"], got["accuracy"]) == (8.0, 0.99)
+
+
 def test_a_run_drills_before_its_warm_start_and_records_it(tmp_path):
     import json
 
@@ -120,3 +140,8 @@ def test_a_run_drills_before_its_warm_start_and_records_it(tmp_path):
     run_training(cfg, progress=False)
     ev = json.loads((tmp_path / "run" / "evaluation.json").read_text())
     assert ev["warm_start"]["order_drills"]["steps"] == 2 and "order_drills" in ev["wall_s"]
+    # warm_start.json, written before GRPO, holds the same record and the seconds of each phase
+    warm = json.loads((tmp_path / "run" / "warm_start.json").read_text())
+    assert warm["order_drills"] == ev["warm_start"]["order_drills"]
+    assert warm["order_drills"]["checks"] == [[2.0, warm["order_drills"]["accuracy"]]]  # check_every > budget
+    assert set(warm["wall_s"]) == {"load", "order_drills", "warm_start"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Collection, Literal, Sequence
+from typing import Any, Callable, Collection, Literal, Sequence
 
 from pydantic import ConfigDict, Field
 
@@ -156,11 +156,11 @@ def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: in
 
 
 def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[str] = (),
-                progress: bool = True, at: Literal["system", "user"] = "system") -> dict[str, float]:
+                progress: bool = True, at: Literal["system", "user"] = "system") -> dict[str, Any]:
     """Train `model` in place on `config.n` order drills until the gate (see OrderDrillConfig); `exclude`:
     names the drills must not show (a test's held-out aliases), which the held-out drills are drawn from
     instead; `at`: where the drills' lines go (`order_drill_prompt`), as the run's rollout places the order
-    line. Returns {"steps", "accuracy" (held-out, at the end), "seconds"}."""
+    line. Returns {"steps", "accuracy" (held-out, at the end), "checks", "seconds"} (`drill_to_gate`)."""
     import time
 
     from orchlib.engines import TransformersEngine
@@ -179,16 +179,25 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
 
 
 def drill_to_gate(model, tokenizer, examples: Sequence[SFTExample], config, measure: Callable[[], float], desc: str,
-                  progress: bool, t0: float) -> dict[str, float]:
+                  progress: bool, t0: float) -> dict[str, Any]:
     """SFT on a drill's `examples` (`config.sft`, seeded by `config.seed`) until `measure()` reaches
     `config.gate`, then `config.margin_steps` more, measured every `config.check_every` steps. Returns
-    {"steps", "accuracy" (`measure()` at the end), "seconds" (since `t0`)}."""
+    {"steps", "accuracy" (`measure()` at the end), "checks" ([step, measure()] of every measure, the last
+    at the end: the drills' learning curve), "seconds" (since `t0`)}."""
     import time
 
     from orchlib.train.sft import sft_train
 
+    checks: list[list[float]] = []
+
+    def measured() -> float:  # called every check_every steps until the gate is met
+        checks.append([float((len(checks) + 1) * config.check_every), measure()])
+        return checks[-1][1]
+
     report = sft_train(model, tokenizer, examples, config.sft.model_copy(update={"seed": config.seed}),
-                       progress=progress, until=gate_with_margin(measure, config.gate, config.margin_steps,
+                       progress=progress, until=gate_with_margin(measured, config.gate, config.margin_steps,
                                                                   config.check_every),
                        check_every=config.check_every, desc=desc)  # ends in eval mode
-    return {"steps": float(len(report.losses)), "accuracy": measure(), "seconds": time.perf_counter() - t0}
+    checks.append([float(len(report.losses)), measure()])
+    return {"steps": float(len(report.losses)), "accuracy": checks[-1][1], "checks": checks,
+            "seconds": time.perf_counter() - t0}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Collection, Sequence
+from typing import Any, Collection, Sequence
 
 from pydantic import ConfigDict, Field
 
@@ -156,11 +156,11 @@ def evidence_drill_accuracy(engine, drills: Sequence[EvidenceDrill], rollout, ma
 
 
 def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Sequence[Task], rollout,
-                   held_out_questions: Sequence[Task] = (), progress: bool = True) -> dict[str, float]:
+                   held_out_questions: Sequence[Task] = (), progress: bool = True) -> dict[str, Any]:
     """Train `model` in place on `config.n` evidence drills over `questions` until the gate (see
     EvidenceDrillConfig). The gate's drills take their names from a set the training drills never draw and
     their questions from `held_out_questions` (else from `questions`). Returns {"steps", "accuracy"
-    (held-out, at the end), "seconds"}."""
+    (held-out, at the end), "checks", "seconds"} (`orchlib.train.drills.drill_to_gate`)."""
     import time
 
     from orchlib.engines import TransformersEngine

@@ -161,6 +161,7 @@ def run_training(cfg: RunConfig, progress: bool = True,
         trainer = Trainer.resume(ckpt, env, hooks=hooks)
     else:
         model, tok = warm_started_policy(cfg, env, progress, wall, warm)
+        _write_warm_start(out, wall, warm)
         trainer = Trainer((model, tok), env, cfg.grpo, hooks=hooks, policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
@@ -257,6 +258,16 @@ def _baselines(train, test, toolbox, reward, tokenizer, rollout_config, cfg: Run
 
     return baseline_reports(test, toolbox, tokenizer, reward, rollout_config, cfg.evaluation.baselines,
                             calibration=train, seed=cfg.grpo.seed)
+
+
+def _write_warm_start(out: Path, wall: dict[str, float], record: dict[str, Any]) -> None:
+    """`out/warm_start.json`: the seconds of each phase before GRPO and each drill's record (steps, held-out
+    share at every check), written as soon as the policy is warm-started, evaluation or not."""
+    from orchlib.atomic import write_text_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "warm_start.json", json.dumps({"wall_s": {k: round(v, 1) for k, v in wall.items()},
+                                                           **record}, indent=1, sort_keys=True) + "\n")
 
 
 def _write_evaluation(out: Path, reports: dict[str, Any], reward, cfg: RunConfig, wall: dict[str, float],
