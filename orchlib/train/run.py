@@ -161,7 +161,8 @@ def run_training(cfg: RunConfig, progress: bool = True,
         trainer = Trainer.resume(ckpt, env, hooks=hooks)
     else:
         model, tok = warm_started_policy(cfg, env, progress, wall, warm)
-        _write_warm_start(out, wall, warm)
+        if any(x is not None for x in (cfg.order_drills, cfg.evidence_drills, cfg.warm_start)):
+            _write_warm_start(out, wall, warm)
         trainer = Trainer((model, tok), env, cfg.grpo, hooks=hooks, policy_source=cfg.policy)
         if cfg.evaluation is not None:
             t0 = time.perf_counter()
@@ -262,7 +263,7 @@ def _baselines(train, test, toolbox, reward, tokenizer, rollout_config, cfg: Run
 
 def _write_warm_start(out: Path, wall: dict[str, float], record: dict[str, Any]) -> None:
     """`out/warm_start.json`: the seconds of each phase before GRPO and each drill's record (steps, held-out
-    share at every check), written as soon as the policy is warm-started, evaluation or not."""
+    share at every check), written as soon as the policy is warm-started (drilled or SFT'd), evaluation or not."""
     from orchlib.atomic import write_text_atomic
 
     out.mkdir(parents=True, exist_ok=True)
