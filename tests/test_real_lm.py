@@ -11,6 +11,7 @@ an independent forward pass of the same model on the same machine.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -264,6 +265,34 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
         assert sum(n["episodes"] for n in ev["held_out"][when].values()) == episodes
         assert sum(n["episodes"] for offer in ev["held_out_by_offer"][when].values() for n in offer.values()) \
             == episodes
+
+
+def test_the_cards_recipe_is_the_read_recipe_listing_descriptions_with_evidence_drills(tmp_path, policy_cache,
+                                                                                       monkeypatch):
+    """examples/smollm2_cards.yaml differs from `make real`'s recipe in the brief list, the evidence drills and
+    its folder alone; run whole with the tiny policy and small counts, both drills run before the warm start
+    and warm_start.json records each one's curve."""
+    import json
+
+    from orchlib.configfile import load_config
+    from orchlib.shipped import shipped_path
+    from orchlib.train.run import RunConfig, run_training
+
+    read = load_config(shipped_path("recipes/smollm2_read.yaml"), RunConfig).model_dump()
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "smollm2_cards.yaml", RunConfig)
+    cards = cfg.model_dump()
+    assert cards["grpo"]["rollout"].pop("tool_schema") == "brief" and read["grpo"]["rollout"].pop("tool_schema") \
+        == "compact"
+    assert {k for k in cards if cards[k] != read[k]} == {"evidence_drills", "out"}
+    monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
+    small = _shrunk(cfg, tmp_path, tasks_per_step=1, baselines=("cheapest",), cosine_tasks=2).model_copy(update={
+        **{k: getattr(cfg, k).model_copy(update={"n": 16, "held_out": 4, "sft": getattr(cfg, k).sft.model_copy(
+            update={"max_steps": 2})}) for k in ("order_drills", "evidence_drills")}})
+    run_training(small, progress=False)
+    warm = json.loads((tmp_path / "warm_start.json").read_text())
+    assert set(warm["wall_s"]) == {"load", "order_drills", "evidence_drills", "warm_start"}
+    for drill in ("order_drills", "evidence_drills"):
+        assert warm[drill]["steps"] == 2 and [step for step, _ in warm[drill]["checks"]] == [2.0]
 
 
 @needs_wheel
