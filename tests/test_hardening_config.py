@@ -238,6 +238,13 @@ def test_a_run_whose_phases_would_train_in_two_precisions_on_some_machine_is_ref
                         order_drills={"sft": {"mixed_precision": agree}})
         assert cfg.grpo.mixed_precision == cfg.warm_start.mixed_precision == agree
     assert RunConfig(grpo={"mixed_precision": "no"}, warm_start=None).warm_start is None  # one phase: nothing to agree
+    from orchlib.demo.config import DemoConfig  # the demo's phases likewise
+
+    with pytest.raises(ValueError, match=r"on a GPU its phases would differ \(warm_start.copying.mixed_precision: "
+                                         r"'auto' \(bf16\), warm_start.golden.mixed_precision: 'auto' \(bf16\), "
+                                         r"grpo.mixed_precision: 'no' \(no\)\)"):
+        DemoConfig(grpo={"mixed_precision": "no"})
+    assert DemoConfig().grpo.mixed_precision == "auto"
 
 
 def test_the_demo_and_variant_configs_refuse_infinities_and_booleans_too():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from orchlib.envs.choice import CHOICE_TOOLS
 from orchlib.chat import CALL_OPENING  # noqa: F401  (re-exported: the demo's probes use it)
@@ -15,6 +15,7 @@ from orchlib.experiments.variants import VariantConfig
 from orchlib.rollout import RolloutConfig
 from orchlib.settings import Settings
 from orchlib.shipped import shipped_dir
+from orchlib.train.accel import check_one_precision
 from orchlib.train.config import GRPOConfig
 from orchlib.train.sft import SFTConfig
 
@@ -136,6 +137,13 @@ class DemoConfig(Settings):
     replay_batch: int = Field(4, ge=1, description="golden trajectories replayed per GRPO update")
     eval_samples: int = Field(2, ge=1, description="sampled runs per test task and profile")
     out: str = Field("out/demo", description="folder for report.html, metrics.json, trajectories.jsonl")
+
+    @model_validator(mode="after")
+    def _one_precision(self) -> DemoConfig:
+        check_one_precision({"warm_start.copying.mixed_precision": self.warm_start.copying.mixed_precision,
+                             "warm_start.golden.mixed_precision": self.warm_start.golden.mixed_precision,
+                             "grpo.mixed_precision": self.grpo.mixed_precision})
+        return self
 
     def grpo_config(self) -> GRPOConfig:
         """`grpo` as the run uses it: seeded by `seed`, the lr decaying over the steps after the warm-up."""

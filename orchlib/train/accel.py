@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["resolve_mixed_precision", "make_accelerator", "cpu_has_amx", "cpu_description"]
+__all__ = ["resolve_mixed_precision", "make_accelerator", "cpu_has_amx", "cpu_description", "check_one_precision"]
 
 
 def cpu_description() -> str:
@@ -48,6 +48,25 @@ def resolve_mixed_precision(choice: str) -> str:
     if choice == "amx":
         return "bf16" if gpu_bf16 or (not torch.cuda.is_available() and cpu_has_amx()) else "no"
     return choice
+
+
+# What each `mixed_precision` setting trains in on a GPU with bf16, on a CPU with AMX and on any other CPU
+# (`resolve_mixed_precision`). Accelerate keeps one precision per process, so the phases of one run must
+# agree on every machine, not only on the one a recipe was written on.
+_MACHINES = ("a GPU", "a CPU with AMX", "a CPU without AMX")
+_PRECISION_ON = {"auto": ("bf16", "no", "no"), "amx": ("bf16", "bf16", "no"), "no": ("no",) * 3,
+                 "bf16": ("bf16",) * 3, "fp16": ("fp16",) * 3}
+
+
+def check_one_precision(phases: dict[str, str]) -> None:
+    """A ValueError naming the machine and every phase's setting if the `mixed_precision` settings of one
+    run's phases ({field: setting}) would train in two precisions on a GPU, on a CPU with AMX or on another
+    CPU; a config validator calls it, so such a config is refused when it is read, not between phases."""
+    for i, machine in enumerate(_MACHINES):
+        if len({_PRECISION_ON[v][i] for v in phases.values()}) > 1:
+            said = ", ".join(f"{k}: {v!r} ({_PRECISION_ON[v][i]})" for k, v in phases.items())
+            raise ValueError(f"mixed_precision: a run trains in one precision (Accelerate keeps one per process), "
+                             f"but on {machine} its phases would differ ({said}); give every phase the same setting")
 
 
 def make_accelerator(mixed_precision: str = "auto", **kwargs):

@@ -32,6 +32,7 @@ from orchlib.configurations import ConfigurationSpace
 from orchlib.env import Environment
 from orchlib.envs.config import EnvConfig
 from orchlib.settings import Settings
+from orchlib.train.accel import check_one_precision
 from orchlib.train.config import GRPOConfig
 from orchlib.train.evaluation import RunEvaluation
 from orchlib.train.grpo import StepReport, Trainer
@@ -42,13 +43,6 @@ from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
-
-# What each `mixed_precision` setting trains in on a GPU with bf16, on a CPU with AMX and on any other CPU
-# (`orchlib.train.accel.resolve_mixed_precision`). Accelerate keeps one precision per process, so a run's
-# phases must agree on every machine, not only on the one a recipe was written on.
-_MACHINES = ("a GPU", "a CPU with AMX", "a CPU without AMX")
-_PRECISION_ON = {"auto": ("bf16", "no", "no"), "amx": ("bf16", "bf16", "no"), "no": ("no",) * 3,
-                 "bf16": ("bf16",) * 3, "fp16": ("fp16",) * 3}
 
 
 class RunConfig(Settings):
@@ -102,12 +96,7 @@ class RunConfig(Settings):
         for name in ("order_drills", "evidence_drills"):
             if getattr(self, name) is not None:
                 phases[f"{name}.sft.mixed_precision"] = getattr(self, name).sft.mixed_precision
-        for i, machine in enumerate(_MACHINES):
-            if len({_PRECISION_ON[v][i] for v in phases.values()}) > 1:
-                said = ", ".join(f"{k}: {v!r} ({_PRECISION_ON[v][i]})" for k, v in phases.items())
-                raise ValueError(f"mixed_precision: a run trains in one precision (Accelerate keeps one per "
-                                 f"process), but on {machine} its phases would differ ({said}); give every "
-                                 f"phase the same setting")
+        check_one_precision(phases)
         return self
 
 
