@@ -42,29 +42,34 @@ def cpu_has_amx() -> bool:
 def resolve_mixed_precision(choice: str) -> str:
     """'auto' → 'bf16' on a GPU that has it, else 'no'; 'amx' → as 'auto', and also 'bf16' on a CPU with
     AMX (`cpu_has_amx`); any other value as given."""
-    gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    cuda = torch.cuda.is_available()
+    return _precision_on(choice, gpu_bf16=cuda and torch.cuda.is_bf16_supported(),
+                         cpu_amx=choice == "amx" and not cuda and cpu_has_amx())  # reads /proc/cpuinfo only for amx
+
+
+def _precision_on(choice: str, gpu_bf16: bool, cpu_amx: bool) -> str:
+    """`resolve_mixed_precision` on a machine described by its two flags (`cpu_amx`: no GPU, AMX)."""
     if choice == "auto":
         return "bf16" if gpu_bf16 else "no"
     if choice == "amx":
-        return "bf16" if gpu_bf16 or (not torch.cuda.is_available() and cpu_has_amx()) else "no"
+        return "bf16" if gpu_bf16 or cpu_amx else "no"
     return choice
 
 
-# What each `mixed_precision` setting trains in on a GPU with bf16, on a CPU with AMX and on any other CPU
-# (`resolve_mixed_precision`). Accelerate keeps one precision per process, so the phases of one run must
-# agree on every machine, not only on the one a recipe was written on.
-_MACHINES = ("a GPU", "a CPU with AMX", "a CPU without AMX")
-_PRECISION_ON = {"auto": ("bf16", "no", "no"), "amx": ("bf16", "bf16", "no"), "no": ("no",) * 3,
-                 "bf16": ("bf16",) * 3, "fp16": ("fp16",) * 3}
+# The machines a run's settings must agree on: Accelerate keeps one precision per process, so the phases of
+# one run must resolve alike everywhere, not only on the machine a recipe was written on.
+_MACHINES = {"a GPU": dict(gpu_bf16=True, cpu_amx=False), "a CPU with AMX": dict(gpu_bf16=False, cpu_amx=True),
+             "a CPU without AMX": dict(gpu_bf16=False, cpu_amx=False)}
 
 
 def check_one_precision(phases: dict[str, str]) -> None:
     """A ValueError naming the machine and every phase's setting if the `mixed_precision` settings of one
     run's phases ({field: setting}) would train in two precisions on a GPU, on a CPU with AMX or on another
     CPU; a config validator calls it, so such a config is refused when it is read, not between phases."""
-    for i, machine in enumerate(_MACHINES):
-        if len({_PRECISION_ON[v][i] for v in phases.values()}) > 1:
-            said = ", ".join(f"{k}: {v!r} ({_PRECISION_ON[v][i]})" for k, v in phases.items())
+    for machine, flags in _MACHINES.items():
+        resolved = {k: _precision_on(v, **flags) for k, v in phases.items()}
+        if len(set(resolved.values())) > 1:
+            said = ", ".join(f"{k}: {v!r} ({resolved[k]})" for k, v in phases.items())
             raise ValueError(f"mixed_precision: a run trains in one precision (Accelerate keeps one per process), "
                              f"but on {machine} its phases would differ ({said}); give every phase the same setting")
 
