@@ -3,7 +3,8 @@ preference P), then the task, rendered with the tokenizer's chat template, ready
 
 What is rendered is the run's `RolloutConfig` (`orchlib.rollout`): `system_prompt`, `tool_schema`
 (how the tools are listed), `show_preference`, `preference_style` and `preference_at` (whether, how and
-where P is shown), `price_order` and `price_order_at` (a line of the tools' names by price, and where).
+where P is shown), `price_order` and `price_order_at` (a line of the tools' names by price, and where),
+`evidence_order` (a line per kind of question naming the tools from most often right to least).
 The rollout encodes `render_prompt`'s text once per task; the API policies, which take messages, get the
 same system text and user message (`preference_line`, `user_message`).
 This module sits below the loop: it reads a config object and knows no engine.
@@ -17,8 +18,8 @@ from orchlib.chat import IM_END, template_renders_tools, tools_block
 from orchlib.tasks import Preference, Task
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
-           "user_message", "assistant_prefix", "price_order_line",
-           "PRICE_ORDER_OPENING"]
+           "user_message", "assistant_prefix", "price_order_line", "evidence_order_lines",
+           "PRICE_ORDER_OPENING", "EVIDENCE_ORDER_OPENING"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")
@@ -71,10 +72,12 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
         # its calls from 'compact' lines copies a line whole, a description inside it too
         notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
                                                   for t in tools)
+    if getattr(config, "evidence_order", False):  # after the descriptions, before the price line
+        notes += "".join("\n" + line for line in evidence_order_lines(tools))
     if _order_line_at(config, tools) == "system":  # after the list (and the descriptions), the turn's last line
         notes += "\n" + price_order_line(tools)
     user = user_message(task, config, tools)
-    tools = [{k: v for k, v in t.items() if k not in ("description", "call_price")} for t in tools]
+    tools = [{k: v for k, v in t.items() if k not in ("description", "call_price", "evidence")} for t in tools]
     if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
         system, tools = system + tools_block(tools), []
     system += notes
@@ -103,6 +106,31 @@ def price_order_line(tools: list[dict]) -> str:
     return PRICE_ORDER_OPENING + ", ".join(t["name"] for t in ranked) + "."
 
 
+EVIDENCE_ORDER_OPENING = "Most often right on "
+
+
+def evidence_order_lines(tools: list[dict]) -> list[str]:
+    """A line per kind of question that two or more of the offered tools were measured on, naming them from
+    the most often right to the least (`tool_schemas`' compact and brief entries carry each one's measured
+    success per category as `evidence`, from its card's `auto_description`; equal rates keep the list's
+    order): "Most often right on gsm8k: atlas, lyra, vega." Kinds in alphabetical order.
+
+    Why lines of names: as with the prices (`price_order_line`), a small policy copies the first name after
+    a fixed opening far more surely than it finds its question's kind in each tool's description and
+    compares `80%` with `45%` across them; the order is the evidence's, so copying from the line of the
+    question's kind is reading the evidence, whatever names and list order an episode draws. A tool with no
+    evidence for a kind is left out of that kind's line: nothing is said of it."""
+    kinds = sorted({k for t in tools for k in (t.get("evidence") or {})})
+    lines = []
+    for kind in kinds:
+        measured = [t for t in tools if kind in (t.get("evidence") or {})]
+        if len(measured) < 2:  # one tool's rate orders nothing
+            continue
+        ranked = sorted(measured, key=lambda t: -t["evidence"][kind])  # stable: ties keep the list's order
+        lines.append(f"{EVIDENCE_ORDER_OPENING}{kind}: " + ", ".join(t["name"] for t in ranked) + ".")
+    return lines
+
+
 def assistant_prefix(task: Task, config: Any) -> str:
     """What the first prompt holds of the orchestrator's own turn: the P line when
     `preference_at="assistant"`, else nothing."""
@@ -122,9 +150,19 @@ def tool_schemas(toolbox, task: Task, style: str = "full") -> list[dict]:
                  "arguments": list(s["function"].get("parameters", {}).get("properties", {})),
                  # for `price_order_line`; render_prompt shows neither key as such
                  "call_price": _call_price(toolbox, s["function"]["name"]),
-                 **({"description": s["function"].get("description", "")} if style == "brief" else {})}
+                 **({"description": s["function"].get("description", "")} if style == "brief" else {}),
+                 **_evidence(toolbox, s["function"]["name"])}
                 for s in schemas]
     return schemas
+
+
+def _evidence(toolbox, name: str) -> dict:
+    """{"evidence": {category: success rate}} from the card's `auto_description` (`orchlib.describe`), for
+    `evidence_order_lines`; {} for a card never described."""
+    auto = toolbox[name].card.auto_description or {}
+    rates = {c: float(s["success_rate"]) for c, s in (auto.get("categories") or {}).items()
+             if isinstance(s, dict) and isinstance(s.get("success_rate"), (int, float))}
+    return {"evidence": rates} if rates else {}
 
 
 def _call_price(toolbox, name: str) -> float:

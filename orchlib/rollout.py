@@ -110,11 +110,19 @@ class RolloutConfig(Settings):
                               "the end of the user turn, after the task (and after P there), the last line before "
                               "the reply (order drills follow it; which a policy reads best depends on the policy: "
                               "the tiny policy's drills met their gate later in the user turn)")
+    evidence_order: bool = Field(False, description="with tool_schema='compact' or 'brief': a line per kind of "
+                                 "question two or more offered tools were measured on, naming them from the most "
+                                 "often right to the least, at the end of the system turn before the price-order "
+                                 "line (`orchlib.prompting.evidence_order_lines`; the rates come from the cards' "
+                                 "`auto_description`, which `orchlib.describe` writes)")
 
     @model_validator(mode="after")
-    def _price_order_needs_a_list(self) -> RolloutConfig:
+    def _order_lines_need_a_list(self) -> RolloutConfig:
         if self.price_order and self.tool_schema == "full":
             raise ValueError("price_order: the line follows the compact or brief list of tools; tool_schema is "
+                             "'full', set it to 'compact' or 'brief'")
+        if self.evidence_order and self.tool_schema == "full":
+            raise ValueError("evidence_order: the lines follow the compact or brief list of tools; tool_schema is "
                              "'full', set it to 'compact' or 'brief'")
         return self
 

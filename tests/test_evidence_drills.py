@@ -82,8 +82,28 @@ def test_the_prompt_lists_each_tool_with_its_evidence_at_one_price(tiny_policy):
     assert "From the cheapest per call to the dearest: kemo, nupo, bada." in lines
     assert "Preference (thrifty): accuracy=1, cost=1, latency=0" in lines
     assert prompt.endswith(f"{QUESTIONS[0].prompt}{IM_END}\n<|im_start|>assistant\n")
-    with pytest.raises(ValueError, match="read from the 'brief' list"):
+    assert not any(ln.startswith("Most often right on") for ln in lines)  # evidence_order is off
+    with pytest.raises(ValueError, match="shows no evidence to read: the rollout lists tools 'compact' without "
+                                         "evidence_order"):
         evidence_drill_prompt(_drill(), tok, RolloutConfig(tool_schema="compact"))
+
+
+def test_with_evidence_order_the_prompt_names_the_tools_by_their_rate_per_kind(tiny_policy):
+    _, tok = tiny_policy
+    # the compact list and the lines alone: the descriptions are not shown, the lines say what they measured
+    compact = RolloutConfig(tool_schema="compact", evidence_order=True, price_order=True, max_turns=1)
+    lines = evidence_drill_prompt(_drill(), tok, compact).splitlines()
+    assert not any(ln.startswith("nupo: ") for ln in lines)
+    # rates by hand (_drill): arithmetic kemo 0.2, nupo 0.9, bada 0.5; gsm8k kemo 0.9, nupo 0.3, bada 0.5;
+    # the lines close the tools' part of the system turn, before the price-order line
+    i = lines.index("Most often right on arithmetic: nupo, bada, kemo.")
+    assert lines[i + 1:i + 3] == ["Most often right on gsm8k: kemo, bada, nupo.",
+                                  "From the cheapest per call to the dearest: kemo, nupo, bada."]
+    # brief with the lines: the descriptions, then the lines
+    both = BRIEF.model_copy(update={"evidence_order": True})
+    lines = evidence_drill_prompt(_drill(), tok, both).splitlines()
+    assert lines.index("Most often right on gsm8k: kemo, bada, nupo.") > max(
+        i for i, ln in enumerate(lines) if ln.startswith(("kemo: ", "nupo: ", "bada: ")))
 
 
 def test_the_example_trains_on_the_call_alone(tiny_policy):
@@ -123,8 +143,11 @@ def test_a_run_drills_evidence_before_its_warm_start_and_records_it(tmp_path):
     warm = json.loads((tmp_path / "run" / "warm_start.json").read_text())
     assert warm["evidence_drills"]["checks"] == [[2.0, warm["evidence_drills"]["accuracy"]]]
     spec["grpo"]["rollout"]["tool_schema"] = "compact"
-    with pytest.raises(ValueError, match=re.escape("grpo.rollout.tool_schema is 'compact', set it to 'brief'")):
+    with pytest.raises(ValueError, match=re.escape("grpo.rollout.tool_schema is 'compact' and evidence_order is "
+                                                   "off; list the tools 'brief'")):
         RunConfig.model_validate(spec)
+    spec["grpo"]["rollout"]["evidence_order"] = True  # the lines show the evidence: accepted
+    assert RunConfig.model_validate(spec).grpo.rollout.evidence_order
 
 
 def test_bench_describe_prints_each_drills_curve_from_the_runs_record():

@@ -42,7 +42,8 @@ _PROFILES = ("accuracy", "thrifty")  # at one price both ask for the most accura
 class EvidenceDrillConfig(Settings):
     """Evidence drills before a warm start (`RunConfig.evidence_drills`): SFT on `n` drills until `gate` of
     `held_out` more (on names the drills never show) are answered exactly, then `margin_steps` more. The
-    run's rollout must list tools `brief` (the descriptions in the prompt)."""
+    run's rollout must show the evidence: tools listed `brief` (the descriptions), or `evidence_order`
+    (a line per kind of question, `orchlib.prompting.evidence_order_lines`), or both."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     n: int = Field(1000, ge=1, description="drills to train on")
@@ -127,18 +128,22 @@ def _categories(questions: Sequence[Task]) -> list[str]:
 
 
 def _tools(drill: EvidenceDrill) -> list[dict]:
-    """The drill's tools as `orchlib.prompting.tool_schemas` lists them `brief`: one price for all."""
+    """The drill's tools as `orchlib.prompting.tool_schemas` lists them `brief`, each with its evidence as a
+    described card carries it: one price for all."""
     return [{"name": name, "arguments": [], "call_price": 0.0,
              "description": f"{name.capitalize()}: answers the question itself; its answer is final. "
-                            f"{template_text(stats)}"}
+                            f"{template_text(stats)}",
+             "evidence": {c: s.success_rate for c, s in stats.categories.items()}}
             for name, stats in zip(drill.names, drill.stats)]
 
 
 def evidence_drill_prompt(drill: EvidenceDrill, tokenizer, rollout) -> str:
-    """The drill's prompt, rendered as `rollout` (a RolloutConfig listing tools `brief`) renders a task."""
-    if rollout.tool_schema != "brief":
-        raise ValueError(f"evidence drills: the descriptions are read from the 'brief' list of tools; the rollout "
-                         f"lists them {rollout.tool_schema!r}")
+    """The drill's prompt, rendered as `rollout` (a RolloutConfig listing tools `brief`, or with
+    `evidence_order`) renders a task."""
+    if rollout.tool_schema != "brief" and not getattr(rollout, "evidence_order", False):
+        raise ValueError(f"evidence drills: the prompt shows no evidence to read: the rollout lists tools "
+                         f"{rollout.tool_schema!r} without evidence_order; list them 'brief' or set "
+                         f"evidence_order")
     task = Task(id="evidence-drill", prompt=drill.question, category=drill.category,
                 preference=PROFILES[drill.profile])
     return render_prompt(task, _tools(drill), tokenizer, rollout)

@@ -62,7 +62,8 @@ class RunConfig(Settings):
     evidence_drills: EvidenceDrillConfig | None = Field(None, description="after the order drills, drills that teach "
                                                         "a policy to call the tool whose description says it is most "
                                                         "often right on the question's kind (`orchlib.train.evidence`; "
-                                                        "the rollout must list tools `brief`); null: none")
+                                                        "the rollout must show the evidence: tools listed `brief`, or "
+                                                        "`evidence_order` on); null: none")
     warm_start_episodes: int = Field(1, ge=1, description="golden trajectories per train task, each under its own "
                                      "episode's configuration (more names, orders and prices to copy from)")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
@@ -82,10 +83,12 @@ class RunConfig(Settings):
                                                            "aliases, prices, backends); empty: `configurations`")
 
     @model_validator(mode="after")
-    def _evidence_is_read_from_brief(self) -> RunConfig:
-        if self.evidence_drills is not None and self.grpo.rollout.tool_schema != "brief":
-            raise ValueError(f"evidence_drills: the drills' descriptions are read from the 'brief' list of tools; "
-                             f"grpo.rollout.tool_schema is {self.grpo.rollout.tool_schema!r}, set it to 'brief'")
+    def _evidence_is_shown(self) -> RunConfig:
+        r = self.grpo.rollout
+        if self.evidence_drills is not None and r.tool_schema != "brief" and not r.evidence_order:
+            raise ValueError(f"evidence_drills: the prompt shows no evidence to read: grpo.rollout.tool_schema is "
+                             f"{r.tool_schema!r} and evidence_order is off; list the tools 'brief' (the "
+                             f"descriptions) or set evidence_order: true (a line per kind of question)")
         return self
 
     @model_validator(mode="after")
