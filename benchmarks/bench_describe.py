@@ -37,9 +37,11 @@ tools' cards (calculator, generalist, mixtral) described by `orchlib.describe` a
 description on a line below the tool list): its SFT warm start, then `--grpo-steps` of the paper's GRPO
 (default 0: the warm start alone, to fit 30 minutes). A checkpoint must come from a run that listed its
 tools `brief`: a policy that learned its calls from `compact` lines was seen copying the description
-lines into its calls. The seeds run side by side, one process and one thread each. With a recipe that drills first
-(`examples/smollm2_cards.yaml`: order and evidence drills, tools listed `brief`; sized for a GPU), each seed's
-drills are printed with their held-out share at every check (the run's `warm_start.json`).
+lines into its calls. A recipe whose rollout shows the evidence as lines (`evidence_order`) is tested as it
+lists its tools, and with a compact list the `plain` arm is left out (its words would not be shown). The
+seeds run side by side, one process and one thread each. With a recipe that drills first
+(`examples/smollm2_cards.yaml`: order and evidence drills, the evidence-order lines), each seed's drills
+are printed with their held-out share at every check (the run's `warm_start.json`).
 
 Then three tools the policy never saw, under names that say nothing, on the recipe's held-out GSM8K and
 arithmetic questions under "accuracy" and "thrifty": atlas (GPT-4-1106's recorded GSM8K answers), lyra
@@ -206,20 +208,29 @@ def plain_text(stats) -> str:
     return " ".join(said) + f" Costs about {usd(stats.overall.mean_cost_usd)} a call."
 
 
-def unseen_arms(describe_tasks, seed: int, describe_n: int) -> dict[str, list]:
-    """The four arms' cards: bare, described (orchlib.describe's template), plain (the same evidence in
-    words), and described with each tool at its own list price."""
+def unseen_arms(describe_tasks, seed: int, describe_n: int, words: bool = True) -> dict[str, list]:
+    """The arms' cards: bare, described (orchlib.describe's template), plain (the same evidence in words; only
+    with `words`, when the prompt shows descriptions: a compact list would show it as it shows bare), and
+    described with each tool at its own list price."""
     arms = {"bare": unseen_cards()}
     results = [describe(c, describe_tasks, n=describe_n, seed=seed, task_source="orchestra-mini train split")
                for c in arms["bare"]]
     arms["described"] = [r.card for r in results]
-    arms["plain"] = [c.model_copy(update={"description": f"{c.description} {plain_text(r.stats)}"})
-                     for c, r in zip(arms["bare"], results)]
+    if words:
+        arms["plain"] = [c.model_copy(update={"description": f"{c.description} {plain_text(r.stats)}"})
+                         for c, r in zip(arms["bare"], results)]
     repriced = unseen_cards(LIST_PRICES)
     arms["described, list prices"] = [
         describe(c, describe_tasks, n=describe_n, seed=seed, task_source="orchestra-mini train split").card
         for c in repriced]
     return arms
+
+
+def reader_rollout(rollout: RolloutConfig) -> RolloutConfig:
+    """How the reader is shown the cards: as `rollout` lists them when it shows the evidence as lines
+    (`evidence_order`: the policy learned to read those, compact or brief alike), else `brief` (each
+    description on a line below the list)."""
+    return rollout if rollout.evidence_order else rollout.model_copy(update={"tool_schema": "brief"})
 
 
 def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps: int):
@@ -238,7 +249,7 @@ def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps
     source = f"{cfg.env.world} train split"
     cards = [describe(c, suite.train, n=describe_n, seed=seed, task_source=source).card for c in suite.cards]
     suite = suite.model_copy(update={"cards": cards})
-    rollout_config = cfg.grpo.rollout.model_copy(update={"tool_schema": "brief"})
+    rollout_config = reader_rollout(cfg.grpo.rollout)
     run = RunConfig(**{k: getattr(cfg, k) for k in cfg.model_fields_set - {"env"}}).model_copy(update={
                         "policy": model, "steps": grpo_steps, "evaluation": None,
                         "out": tempfile.mkdtemp(prefix="orchlib-describe-"),
@@ -271,14 +282,14 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
         trainer, warm = train_reader(policy, config, seed, describe_n, grpo_steps)
     trained_s = time.perf_counter() - t0
     print(f"seed {seed}: policy ready in {trained_s:.0f} s", flush=True)  # the seeds' processes print as they go
-    rollout_config = trainer.config.rollout.model_copy(update={"tool_schema": "brief"})
+    rollout_config = reader_rollout(trainer.config.rollout)
     # the recipe's own split: its held-out questions are the test, its training questions describe the tools
     sizes = {k: v for k, v in cfg.env.maker_options().items() if k in ("n_train", "n_test")}  # a world's own
     suite = make_suite(seed=cfg.env.seed, **sizes, categories=tuple(RIGHT))                    # options stay its
     test = [t for cat in RIGHT for t in [t for t in suite.test if t.category == cat][:n_test // len(RIGHT)]]
     names = [c.name for c in unseen_cards()]
     offer = lambda t: t.model_copy(update={"tools": names})  # noqa: E731
-    arms = unseen_arms([offer(t) for t in suite.train], seed, describe_n)
+    arms = unseen_arms([offer(t) for t in suite.train], seed, describe_n, words=rollout_config.tool_schema == "brief")
     rows = []
     for arm, cards in arms.items():
         for turn in range(len(cards)):  # listing order rotated: position is no one tool's advantage

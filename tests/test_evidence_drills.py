@@ -166,3 +166,7 @@ def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
         "order drills: 30 steps in 61 s; held-out share at each check (step: share): 10: 0.50, 20: 0.96, 30: 1.00",
         "evidence drills: 50 steps in 903 s; held-out share at each check (step: share): 25: 0.39, 50: 0.45"]
     assert bench_describe.drill_lines({"wall_s": {}}) == [] and bench_describe.drill_lines(None) == []
+    # the reader is tested as its recipe shows the evidence: as lines under the list it learned, else `brief`
+    lines = RolloutConfig(tool_schema="compact", evidence_order=True, price_order=True)
+    assert bench_describe.reader_rollout(lines) == lines
+    assert bench_describe.reader_rollout(RolloutConfig(tool_schema="compact")).tool_schema == "brief"

@@ -267,11 +267,10 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
             == episodes
 
 
-def test_the_cards_recipe_is_the_read_recipe_listing_descriptions_with_evidence_drills(tmp_path, policy_cache,
-                                                                                       monkeypatch):
-    """examples/smollm2_cards.yaml differs from `make real`'s recipe in the brief list, the evidence drills and
-    its folder alone; run whole with the tiny policy and small counts, both drills run before the warm start
-    and warm_start.json records each one's curve."""
+def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_path, policy_cache, monkeypatch):
+    """examples/smollm2_cards.yaml differs from `make real`'s recipe in the evidence-order lines, the evidence
+    drills and its folder alone; run whole with the tiny policy and small counts, both drills run before the
+    warm start and warm_start.json records each one's curve."""
     import json
 
     from orchlib.configfile import load_config
@@ -281,8 +280,8 @@ def test_the_cards_recipe_is_the_read_recipe_listing_descriptions_with_evidence_
     read = load_config(shipped_path("recipes/smollm2_read.yaml"), RunConfig).model_dump()
     cfg = load_config(Path(__file__).parents[1] / "examples" / "smollm2_cards.yaml", RunConfig)
     cards = cfg.model_dump()
-    assert cards["grpo"]["rollout"].pop("tool_schema") == "brief" and read["grpo"]["rollout"].pop("tool_schema") \
-        == "compact"
+    assert cards["grpo"]["rollout"].pop("evidence_order") is True and read["grpo"]["rollout"].pop("evidence_order") \
+        is False
     assert {k for k in cards if cards[k] != read[k]} == {"evidence_drills", "out"}
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
     small = _shrunk(cfg, tmp_path, tasks_per_step=1, baselines=("cheapest",), cosine_tasks=2).model_copy(update={
