@@ -170,3 +170,32 @@ def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
     lines = RolloutConfig(tool_schema="compact", evidence_order=True, price_order=True)
     assert bench_describe.reader_rollout(lines) == lines
     assert bench_describe.reader_rollout(RolloutConfig(tool_schema="compact")).tool_schema == "brief"
+
+
+def test_balanced_drills_ask_every_kind_equally_often():
+    # 10 arithmetic questions to 2 GSM8K ones: drawn by question, GSM8K is a sixth of the drills; drawn by
+    # kind first, about half
+    skewed = [Task(id=f"a{i}", prompt=f"What is {i} + 7?", category="arithmetic") for i in range(10)] + QUESTIONS[6:8]
+    share = lambda drills: sum(d.category == "gsm8k" for d in drills) / len(drills)  # noqa: E731
+    plain, balanced = evidence_drills(5, 400, skewed), evidence_drills(5, 400, skewed, balance=True)
+    assert share(plain) < 0.25 and 0.4 < share(balanced) < 0.6
+    assert {d.question for d in balanced if d.category == "gsm8k"} == {q.prompt for q in QUESTIONS[6:8]}
+    assert evidence_drills(5, 400, skewed, balance=True) == balanced  # the same draw for the same seed
+
+
+def test_drill_evidence_draws_training_and_held_out_drills_as_its_config_says(tiny_policy, monkeypatch):
+    import copy
+
+    import orchlib.train.evidence as ev
+    from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence
+    from orchlib.train.sft import SFTConfig
+
+    model, tok = tiny_policy
+    model = copy.deepcopy(model)  # trained in place: the session's policy stays as built
+    seen, draw = [], ev._draw
+    monkeypatch.setattr(ev, "_draw", lambda *a, **k: seen.append(a[-1]) or draw(*a, **k))
+    config = EvidenceDrillConfig(n=4, held_out=2, check_every=1, balance_kinds=True,
+                                 sft=SFTConfig(max_steps=1, batch_size=2))
+    lines = RolloutConfig(tool_schema="compact", evidence_order=True, max_turns=1)
+    record = drill_evidence(model, tok, config, QUESTIONS, lines, progress=False)
+    assert seen == [True, True] and record["steps"] == 1  # the training drills, then the gate's

@@ -54,6 +54,11 @@ class EvidenceDrillConfig(Settings):
     check_every: int = Field(10, ge=1, description="steps between two measures of the gate")
     margin: float = Field(0.25, gt=0, lt=1, description="the right tool's success rate beats every other's by at "
                                                         "least this much: the evidence is clear, not a coin")
+    balance_kinds: bool = Field(False, description="draw each drill's kind of question first, every kind of the "
+                                "questions equally often, then a question of that kind: where most questions are "
+                                "of one kind, reading that kind's line whatever the question pays on most drills "
+                                "(SmolLM2 drilled on orchestra-read's arithmetic-heavy questions came to read the "
+                                "arithmetic line on every question: docs/results.md)")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_steps=300, batch_size=8, learning_rate=1e-4, schedule="constant",
@@ -92,10 +97,14 @@ def _stats(rng: random.Random, name: str, categories: Sequence[str], rates: dict
 
 
 def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], categories: Sequence[str],
-          n: int, margin: float) -> list[EvidenceDrill]:
+          n: int, margin: float, balance: bool = False) -> list[EvidenceDrill]:
+    by_kind: dict[str, list[Task]] = {}
+    for q in questions:
+        by_kind.setdefault(q.category, []).append(q)
+    kinds = sorted(by_kind)
     out = []
     while len(out) < n:
-        q = rng.choice(questions)
+        q = rng.choice(by_kind[rng.choice(kinds)]) if balance else rng.choice(questions)
         k = rng.choice((2, 3, 3))
         shown = sorted({q.category, *rng.sample([c for c in categories if c != q.category], rng.randint(1, 2))})
         names = tuple(rng.sample(pool, k))
@@ -110,16 +119,18 @@ def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], ca
 
 
 def evidence_drills(seed: int, n: int, questions: Sequence[Task], exclude: Collection[str] = (),
-                    margin: float = 0.25) -> list[EvidenceDrill]:
+                    margin: float = 0.25, balance: bool = False) -> list[EvidenceDrill]:
     """`n` drills over `questions` (their words and categories), the names drawn from the generated ones
-    without their `tool_` prefix (`orchlib.configurations.generated_names`) less `exclude`."""
+    without their `tool_` prefix (`orchlib.configurations.generated_names`) less `exclude`; with `balance`,
+    every kind of question equally often (EvidenceDrillConfig.balance_kinds)."""
     if n < 0:
         raise ValueError(f"evidence_drills: n must be at least 0, not {n}")
     if not questions:
         raise ValueError("evidence_drills: no questions to drill on")
     excluded = set(exclude)
     pool = [name for name in generated_names(4900, prefix="") if name not in excluded]
-    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), _categories(questions), n, margin)
+    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), _categories(questions), n, margin,
+                 balance)
 
 
 def _categories(questions: Sequence[Task]) -> list[str]:
@@ -172,9 +183,11 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
 
     t0 = time.perf_counter()
     gate_names = generated_names(4900, prefix="")[-300:]  # the last 300 generated names: the gate's alone
-    drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin)
+    drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin,
+                             balance=config.balance_kinds)
     held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), gate_names,
-                 list(held_out_questions or questions), _categories(questions), config.held_out, config.margin)
+                 list(held_out_questions or questions), _categories(questions), config.held_out, config.margin,
+                 config.balance_kinds)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
     return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
                          lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
