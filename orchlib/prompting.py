@@ -72,7 +72,7 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
         # its calls from 'compact' lines copies a line whole, a description inside it too
         notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
                                                   for t in tools)
-    if getattr(config, "evidence_order", False):  # after the descriptions, before the price line
+    if config.evidence_order:  # after the descriptions, before the price line
         notes += "".join("\n" + line for line in evidence_order_lines(tools))
     if _order_line_at(config, tools) == "system":  # after the list (and the descriptions), the turn's last line
         notes += "\n" + price_order_line(tools)

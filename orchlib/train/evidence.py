@@ -30,7 +30,7 @@ from orchlib.tasks import PROFILES, Task
 from orchlib.train.drills import call_example, drill_to_gate, exact_call_share
 from orchlib.train.sft import SFTConfig, SFTExample
 
-__all__ = ["EvidenceDrillConfig", "EvidenceDrill", "evidence_drills", "evidence_drill_prompt",
+__all__ = ["EvidenceDrillConfig", "EvidenceDrill", "evidence_drills", "evidence_drill_prompt", "shows_evidence",
            "evidence_drill_examples", "evidence_drill_accuracy", "drill_evidence", "OTHER_CATEGORIES"]
 
 # Categories a drill's descriptions may also report, beside the question's own and the world's: the line to
@@ -148,10 +148,16 @@ def _tools(drill: EvidenceDrill) -> list[dict]:
             for name, stats in zip(drill.names, drill.stats)]
 
 
+def shows_evidence(rollout) -> bool:
+    """Whether `rollout` (a RolloutConfig) shows the evidence the drills ask to read: the descriptions of a
+    `brief` list, or the evidence-order lines."""
+    return rollout.tool_schema == "brief" or rollout.evidence_order
+
+
 def evidence_drill_prompt(drill: EvidenceDrill, tokenizer, rollout) -> str:
     """The drill's prompt, rendered as `rollout` (a RolloutConfig listing tools `brief`, or with
     `evidence_order`) renders a task."""
-    if rollout.tool_schema != "brief" and not getattr(rollout, "evidence_order", False):
+    if not shows_evidence(rollout):
         raise ValueError(f"evidence drills: the prompt shows no evidence to read: the rollout lists tools "
                          f"{rollout.tool_schema!r} without evidence_order; list them 'brief' or set "
                          f"evidence_order")

@@ -39,7 +39,7 @@ from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin, require_trust
 from orchlib.train.drills import OrderDrillConfig, drill_order
-from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence
+from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence, shows_evidence
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
@@ -85,7 +85,7 @@ class RunConfig(Settings):
     @model_validator(mode="after")
     def _evidence_is_shown(self) -> RunConfig:
         r = self.grpo.rollout
-        if self.evidence_drills is not None and r.tool_schema != "brief" and not r.evidence_order:
+        if self.evidence_drills is not None and not shows_evidence(r):
             raise ValueError(f"evidence_drills: the prompt shows no evidence to read: grpo.rollout.tool_schema is "
                              f"{r.tool_schema!r} and evidence_order is off; list the tools 'brief' (the "
                              f"descriptions) or set evidence_order: true (a line per kind of question)")
