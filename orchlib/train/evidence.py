@@ -55,10 +55,10 @@ class EvidenceDrillConfig(Settings):
     margin: float = Field(0.25, gt=0, lt=1, description="the right tool's success rate beats every other's by at "
                                                         "least this much: the evidence is clear, not a coin")
     balance_kinds: bool = Field(False, description="draw each drill's kind of question first, every kind of the "
-                                "questions equally often, then a question of that kind: where most questions are "
-                                "of one kind, reading that kind's line whatever the question pays on most drills "
-                                "(SmolLM2 drilled on orchestra-read's arithmetic-heavy questions came to read the "
-                                "arithmetic line on every question: docs/results.md)")
+                                "questions equally often, then a question of that kind, so that no one kind's line "
+                                "answers most drills (without it the drills follow the questions' mix). On "
+                                "SmolLM2's description test it did not make the policy match the line to the "
+                                "question: docs/results.md")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_steps=300, batch_size=8, learning_rate=1e-4, schedule="constant",
