@@ -199,3 +199,48 @@ def test_drill_evidence_draws_training_and_held_out_drills_as_its_config_says(ti
     lines = RolloutConfig(tool_schema="compact", evidence_order=True, max_turns=1)
     record = drill_evidence(model, tok, config, QUESTIONS, lines, progress=False)
     assert seen == [True, True] and record["steps"] == 1  # the training drills, then the gate's
+
+
+def test_the_warm_starts_drills_carry_the_draw_on_past_those_trained(tiny_policy):
+    from orchlib.train.evidence import EvidenceDrillConfig, warm_start_drills
+
+    _, tok = tiny_policy
+    config = EvidenceDrillConfig(n=20, in_warm_start=12, seed=5)
+    gate = generated_names(4900, prefix="")[-300:]
+    mixed = warm_start_drills(config, QUESTIONS, tok, BRIEF)
+    trained = evidence_drill_examples(evidence_drills(5, 20, QUESTIONS, exclude=gate), tok, BRIEF)
+    carried = evidence_drills(5, 32, QUESTIONS, exclude=gate)[20:]
+    assert [ex.ids for ex in mixed] == [ex.ids for ex in evidence_drill_examples(carried, tok, BRIEF)]
+    assert len(mixed) == 12 and not {tuple(ex.ids) for ex in mixed} & {tuple(ex.ids) for ex in trained}
+    assert not {n for d in carried for n in d.names} & set(gate)  # the gate's names stay unseen
+    for ex, d in zip(mixed, carried):  # the loss on the call of the drill's answer alone
+        assert tok.decode([i for i, m in zip(ex.ids, ex.mask) if m]).count(f'"name": "{d.answer}"') == 1
+    assert warm_start_drills(config.model_copy(update={"in_warm_start": 0}), QUESTIONS, tok, BRIEF) == []
+
+
+def test_a_warm_start_mixes_in_the_drills_its_config_asks_for(monkeypatch):
+    import orchlib.train.sft as sft
+    from orchlib.train.run import RunConfig, load_environment, warm_started_policy
+    from orchlib.trajectory import Trajectory
+
+    spec = {
+        "policy": "tiny", "env": {"name": "orchestra-read", "seed": 3, "n_train": 4, "n_test": 4,
+                                  "options": {"aliases": 400}, "reward": "rewards/toolorchestra.yaml"},
+        "evidence_drills": {"n": 8, "held_out": 2, "check_every": 100, "in_warm_start": 6,
+                            "sft": {"max_steps": 1, "batch_size": 4}},
+        "warm_start": {"max_steps": 1, "batch_size": 4}, "warm_start_episodes": 2, "steps": 0,
+        "grpo": {"rollout": {"max_turns": 1, "max_new_tokens": 8, "tool_schema": "brief"}}}
+    cfg = RunConfig.model_validate(spec)
+    env = load_environment(cfg)
+    fed, train = [], sft.sft_train
+    monkeypatch.setattr(sft, "sft_train", lambda model, tok, examples, *a, **k: fed.append(list(examples)) or
+                        train(model, tok, examples, *a, **k))
+    record: dict = {}
+    warm_started_policy(cfg, env, progress=False, record=record)
+    golden = 2 * sum(t.golden is not None for t in env.train)
+    assert [sum(isinstance(x, Trajectory) for x in fed[-1]), len(fed[-1])] == [golden, golden + 6]
+    assert record["warm_start"] == {"golden": golden, "evidence_drills": 6}
+    spec["warm_start"] = None
+    with pytest.raises(ValueError, match=re.escape("evidence_drills.in_warm_start: 6 drills to mix into the warm "
+                                                   "start, but warm_start is null")):
+        RunConfig.model_validate(spec)

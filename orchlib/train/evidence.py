@@ -31,7 +31,8 @@ from orchlib.train.drills import call_example, drill_to_gate, exact_call_share
 from orchlib.train.sft import SFTConfig, SFTExample
 
 __all__ = ["EvidenceDrillConfig", "EvidenceDrill", "evidence_drills", "evidence_drill_prompt", "shows_evidence",
-           "evidence_drill_examples", "evidence_drill_accuracy", "drill_evidence", "OTHER_CATEGORIES"]
+           "evidence_drill_examples", "evidence_drill_accuracy", "drill_evidence", "warm_start_drills",
+           "OTHER_CATEGORIES"]
 
 # Categories a drill's descriptions may also report, beside the question's own and the world's: the line to
 # read is the question's kind, not the one number shown.
@@ -59,6 +60,9 @@ class EvidenceDrillConfig(Settings):
                                 "answers most drills (without it the drills follow the questions' mix). On "
                                 "SmolLM2's description test it did not make the policy match the line to the "
                                 "question: docs/results.md")
+    in_warm_start: int = Field(0, ge=0, description="drills more, drawn as the `n` are but past them (none trained "
+                               "on), mixed among the warm start's golden trajectories: SFT on one world's prompts "
+                               "alone wore the reading away on SmolLM2 (docs/results.md); 0: none")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_steps=300, batch_size=8, learning_rate=1e-4, schedule="constant",
@@ -188,7 +192,7 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     from orchlib.engines import TransformersEngine
 
     t0 = time.perf_counter()
-    gate_names = generated_names(4900, prefix="")[-300:]  # the last 300 generated names: the gate's alone
+    gate_names = _gate_names()
     drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin,
                              balance=config.balance_kinds)
     held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), gate_names,
@@ -197,3 +201,19 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
     return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
                          lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
+
+
+def _gate_names() -> list[str]:
+    """The last 300 generated names: the gate's alone, never drawn by a drill that trains."""
+    return generated_names(4900, prefix="")[-300:]
+
+
+def warm_start_drills(config: EvidenceDrillConfig, questions: Sequence[Task], tokenizer, rollout) -> list[SFTExample]:
+    """The `config.in_warm_start` drills a warm start mixes in (EvidenceDrillConfig.in_warm_start), as SFT
+    examples: the draw `drill_evidence` trains on, carried on past its `config.n`, so none is a drill already
+    trained on and none shows a name the gate measures."""
+    if config.in_warm_start == 0:
+        return []
+    drills = evidence_drills(config.seed, config.n + config.in_warm_start, questions, exclude=_gate_names(),
+                             margin=config.margin, balance=config.balance_kinds)[config.n:]
+    return evidence_drill_examples(drills, tokenizer, rollout)

@@ -39,7 +39,7 @@ from orchlib.train.grpo import StepReport, Trainer
 from orchlib.train.hooks import Hooks
 from orchlib.train.plugin import HooksPlugin, require_trust
 from orchlib.train.drills import OrderDrillConfig, drill_order
-from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence, shows_evidence
+from orchlib.train.evidence import EvidenceDrillConfig, drill_evidence, shows_evidence, warm_start_drills
 from orchlib.train.sft import SFTConfig
 
 __all__ = ["RunConfig", "run_training", "warm_started_policy", "load_environment"]
@@ -89,6 +89,9 @@ class RunConfig(Settings):
             raise ValueError(f"evidence_drills: the prompt shows no evidence to read: grpo.rollout.tool_schema is "
                              f"{r.tool_schema!r} and evidence_order is off; list the tools 'brief' (the "
                              f"descriptions) or set evidence_order: true (a line per kind of question)")
+        if self.evidence_drills is not None and self.evidence_drills.in_warm_start and self.warm_start is None:
+            raise ValueError(f"evidence_drills.in_warm_start: {self.evidence_drills.in_warm_start} drills to mix into "
+                             f"the warm start, but warm_start is null; give a warm start or set in_warm_start: 0")
         return self
 
     @model_validator(mode="after")
@@ -186,9 +189,10 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
                         wall: dict[str, float] | None = None, record: dict[str, Any] | None = None):
     """(model, tokenizer): the run's policy, loaded, after its order drills (`cfg.order_drills`), its evidence
     drills over `env`'s train questions (`cfg.evidence_drills`) and its SFT warm start (`cfg.warm_start`) on
-    the golden trajectories of `env`'s train tasks, rendered as `cfg.grpo.rollout` renders prompts. `wall`,
-    if given, gets the seconds of "load", "order_drills", "evidence_drills" and "warm_start"; `record` gets
-    each drill's steps and held-out accuracy."""
+    the golden trajectories of `env`'s train tasks (with `cfg.evidence_drills.in_warm_start` fresh drills among
+    them), rendered as `cfg.grpo.rollout` renders prompts. `wall`, if given, gets the seconds of "load",
+    "order_drills", "evidence_drills" and "warm_start"; `record` gets each drill's steps and held-out accuracy,
+    and what the warm start trained on ("warm_start": golden trajectories and drills)."""
     from orchlib.models import build_default_policy, load_policy
     from orchlib.train.sft import golden_trajectories, sft_train
 
@@ -215,7 +219,11 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
         with_golden = [t for t in env.train if t.golden is not None]
         gold = golden_trajectories(with_golden, env.tools, tok, cfg.grpo.rollout, seed=cfg.warm_start.seed,
                                    per_task=cfg.warm_start_episodes, configurations=env.configuration_space)
-        sft_train(model, tok, gold, cfg.warm_start, progress=progress)
+        mixed = (warm_start_drills(cfg.evidence_drills, with_golden, tok, cfg.grpo.rollout)
+                 if cfg.evidence_drills is not None else [])
+        sft_train(model, tok, list(gold) + mixed, cfg.warm_start, progress=progress)
+        if record is not None:
+            record["warm_start"] = {"golden": len(gold), "evidence_drills": len(mixed)}
         wall["warm_start"] = time.perf_counter() - t0
     return model, tok
 
