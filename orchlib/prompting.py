@@ -18,7 +18,7 @@ from orchlib.chat import IM_END, template_renders_tools, tools_block
 from orchlib.tasks import Preference, Task
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
-           "user_message", "assistant_prefix", "price_order_line", "evidence_order_lines",
+           "user_message", "assistant_prefix", "price_order_line", "evidence_order_lines", "kind_line",
            "PRICE_ORDER_OPENING", "EVIDENCE_ORDER_OPENING"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
@@ -42,14 +42,24 @@ def preference_line(task: Task, config: Any) -> str:
 
 
 def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> str:
-    """The user turn: the task, then P when `preference_at="user"`, then the price-order line of `tools` when
-    `price_order_at="user"`."""
+    """The user turn: the task, then its kind when `show_kind`, then P when `preference_at="user"`, then the
+    price-order line of `tools` when `price_order_at="user"`."""
     text = task.prompt
+    if config.show_kind:
+        text += "\n" + kind_line(task)
     if config.show_preference and config.preference_at == "user":
         text += "\n\n" + preference_line(task, config)
     if _order_line_at(config, tools) == "user":
         text += "\n" + price_order_line(tools)
     return text
+
+
+KIND_OPENING = "Kind of question: "
+
+
+def kind_line(task: Task) -> str:
+    """The task's kind, as the evidence lines name it ("Kind of question: gsm8k.", `evidence_order_lines`)."""
+    return f"{KIND_OPENING}{task.category}."
 
 
 def _order_line_at(config: Any, tools: list[dict] | None) -> str | None:

@@ -115,6 +115,10 @@ class RolloutConfig(Settings):
                                  "often right to the least, at the end of the system turn before the price-order "
                                  "line (`orchlib.prompting.evidence_order_lines`; the rates come from the cards' "
                                  "`auto_description`, which `orchlib.describe` writes)")
+    show_kind: bool = Field(False, description="the user turn names the task's kind after it (`Kind of question: "
+                            "gsm8k.`), the word the evidence lines are labelled with, as a router that sorts "
+                            "questions would: the policy then finds its line by a word, where without it it must "
+                            "learn which line a question's wording belongs to")
 
     @model_validator(mode="after")
     def _order_lines_need_a_list(self) -> RolloutConfig:

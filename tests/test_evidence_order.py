@@ -74,3 +74,22 @@ def test_evidence_order_needs_a_compact_or_brief_list():
                                          "tool_schema is 'full'"):
         RolloutConfig(tool_schema="full", evidence_order=True)
     assert RolloutConfig(tool_schema="brief", evidence_order=True).evidence_order
+
+
+def test_show_kind_names_the_tasks_kind_after_it_as_the_lines_label_it(tiny_policy):
+    from orchlib.tasks import PROFILES, Task
+
+    _, tok = tiny_policy
+    tools = [_tool("kemo", gsm8k=0.2, arithmetic=0.9), _tool("nupo", gsm8k=0.8, arithmetic=0.4)]
+    task = Task(id="q", prompt="Ann has 3 apples and buys 4 more. How many?", category="gsm8k",
+                preference=PROFILES["thrifty"])
+    config = RolloutConfig(tool_schema="compact", evidence_order=True, max_turns=1, preference_at="user",
+                           show_kind=True)
+    lines = render_prompt(task, tools, tok, config).splitlines()
+    i = lines.index("Ann has 3 apples and buys 4 more. How many?")
+    assert lines[i + 1] == "Kind of question: gsm8k."  # after the task, before P
+    assert lines[i + 3].startswith("Preference (thrifty)")
+    assert "Most often right on gsm8k: nupo, kemo." in lines  # the line the kind's word finds
+    off = render_prompt(task, tools, tok, config.model_copy(update={"show_kind": False}))
+    assert "Kind of question" not in off
+    assert off.splitlines() == lines[:i + 1] + lines[i + 2:]  # the one line is all it adds
