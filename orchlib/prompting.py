@@ -19,7 +19,7 @@ from orchlib.tasks import Preference, Task
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
            "user_message", "assistant_prefix", "price_order_line", "evidence_order_lines", "kind_line",
-           "PRICE_ORDER_OPENING", "EVIDENCE_ORDER_OPENING"]
+           "PRICE_ORDER_OPENING", "EVIDENCE_ORDER_OPENING", "KIND_OPENING"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
                          "Weigh accuracy, cost and latency as the user prefers.")

@@ -193,12 +193,13 @@ def test_drill_evidence_draws_training_and_held_out_drills_as_its_config_says(ti
     model, tok = tiny_policy
     model = copy.deepcopy(model)  # trained in place: the session's policy stays as built
     seen, draw = [], ev._draw
-    monkeypatch.setattr(ev, "_draw", lambda *a, **k: seen.append(a[-1]) or draw(*a, **k))
-    config = EvidenceDrillConfig(n=4, held_out=2, check_every=1, balance_kinds=True,
+    monkeypatch.setattr(ev, "_draw", lambda *a, **k: seen.append(a[-2:]) or draw(*a, **k))
+    config = EvidenceDrillConfig(n=4, held_out=2, check_every=1, balance_kinds=True, decoys=True,
                                  sft=SFTConfig(max_steps=1, batch_size=2))
     lines = RolloutConfig(tool_schema="compact", evidence_order=True, max_turns=1)
     record = drill_evidence(model, tok, config, QUESTIONS, lines, progress=False)
-    assert seen == [True, True] and record["steps"] == 1  # the training drills, then the gate's
+    # the training drills, then the gate's: each balanced and with decoys
+    assert seen == [(True, True), (True, True)] and record["steps"] == 1
 
 
 def test_the_warm_starts_drills_carry_the_draw_on_past_those_trained(tiny_policy):
@@ -244,3 +245,33 @@ def test_a_warm_start_mixes_in_the_drills_its_config_asks_for(monkeypatch):
     with pytest.raises(ValueError, match=re.escape("evidence_drills.in_warm_start: 6 drills to mix into the warm "
                                                    "start, but warm_start is null")):
         RunConfig.model_validate(spec)
+
+
+def test_with_decoys_neither_the_first_line_nor_one_kinds_line_passes_the_drills():
+    from orchlib.train.evidence import DECOY_CATEGORIES
+
+    def leader(d, kind):  # the first name on `kind`'s line: the highest rate, ties to the first listed
+        rates = [s.categories[kind].success_rate for s in d.stats]
+        return d.names[rates.index(max(rates))]
+
+    def shares(drills):
+        first = sum(leader(d, sorted(d.stats[0].categories)[0]) == d.answer for d in drills) / len(drills)
+        arithmetic = sum("arithmetic" in d.stats[0].categories and leader(d, "arithmetic") == d.answer
+                         for d in drills) / len(drills)
+        return first, arithmetic
+
+    plain, decoys = evidence_drills(5, 400, QUESTIONS), evidence_drills(5, 400, QUESTIONS, decoys=True)
+    assert shares(plain)[0] > 0.8  # as drawn before: "the first name of the first line" passes a 0.8 gate
+    first, arithmetic = shares(decoys)
+    assert first < 0.6 and arithmetic < 0.6
+    for d in decoys:  # the right tool leads its question's line and no other
+        kinds = sorted(d.stats[0].categories)
+        assert [k for k in kinds if leader(d, k) == d.answer] == [d.category]
+        assert set(kinds) <= {"arithmetic", "gsm8k", *DECOY_CATEGORIES}
+    # the question's line is first on some drills of each kind, and not on most
+    for kind in ("arithmetic", "gsm8k"):
+        own = [sorted(d.stats[0].categories)[0] == kind for d in decoys if d.category == kind]
+        assert 0.2 < sum(own) / len(own) < 0.7
+    # without decoys the draw is the one recorded runs drew
+    assert [(d.names, d.category) for d in plain[:2]] == [(("zipe", "zimu", "dome"), "gsm8k"),
+                                                         (("geza", "rami", "sogo"), "gsm8k")]

@@ -268,9 +268,10 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
 
 
 def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_path, policy_cache, monkeypatch):
-    """examples/smollm2_cards.yaml differs from `make real`'s recipe in the evidence-order lines, the evidence
-    drills and its folder alone; run whole with the tiny policy and small counts, both drills run before the
-    warm start and warm_start.json records each one's curve."""
+    """examples/smollm2_cards.yaml differs from `make real`'s recipe in the evidence-order lines, the kind
+    named after the question, the evidence drills (some of them in the warm start) and its folder alone; run
+    whole with the tiny policy and small counts, both drills run before the warm start, warm_start.json
+    records each one's curve and the warm start's golden trajectories and drills."""
     import json
 
     from orchlib.configfile import load_config
@@ -280,8 +281,8 @@ def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_
     read = load_config(shipped_path("recipes/smollm2_read.yaml"), RunConfig).model_dump()
     cfg = load_config(Path(__file__).parents[1] / "examples" / "smollm2_cards.yaml", RunConfig)
     cards = cfg.model_dump()
-    assert cards["grpo"]["rollout"].pop("evidence_order") is True and read["grpo"]["rollout"].pop("evidence_order") \
-        is False
+    for shown in ("evidence_order", "show_kind"):
+        assert cards["grpo"]["rollout"].pop(shown) is True and read["grpo"]["rollout"].pop(shown) is False
     assert {k for k in cards if cards[k] != read[k]} == {"evidence_drills", "out"}
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
     small = _shrunk(cfg, tmp_path, tasks_per_step=1, baselines=("cheapest",), cosine_tasks=2).model_copy(update={
@@ -292,6 +293,7 @@ def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_
     assert set(warm["wall_s"]) == {"load", "order_drills", "evidence_drills", "warm_start"}
     for drill in ("order_drills", "evidence_drills"):
         assert warm[drill]["steps"] == 2 and [step for step, _ in warm[drill]["checks"]] == [2.0]
+    assert warm["warm_start"]["evidence_drills"] == cfg.evidence_drills.in_warm_start == 240
 
 
 @needs_wheel

@@ -147,24 +147,26 @@ def test_the_route_runner_gives_what_the_plain_rollout_gives(setup, tokenizer):
 
 @pytest.mark.parametrize("p_at", ["system", "user"])
 def test_the_route_runner_finds_its_task_when_the_price_order_line_closes_the_user_turn(setup, tokenizer, p_at):
-    """The runner finds a task by its words in the user turn, which the order line may now follow."""
+    """The runner finds a task by its words in the user turn, which the order line (and the kind's line,
+    `show_kind`) may now follow."""
     _, _, box, tasks = setup
     tasks = tasks[:6]
     task_routes = {t.id: routes(t, box.cards) for t in tasks}
     label = list(task_routes[tasks[0].id])[1]
     compact = CONFIG.model_copy(update={"tool_schema": "compact", "price_order": True, "preference_at": p_at})
     runs = {}
-    for at in ("system", "user"):
-        config = compact.model_copy(update={"price_order_at": at})
-        runs[at] = rollout(Environment(train=tasks, tools=box),
-                           RouteEngine(tokenizer, tasks, {t.id: label for t in tasks}, task_routes, config=config),
-                           config=config, seed=0)
-        assert all("From the cheapest per call" in tokenizer.decode(t.ids) for t in runs[at])
-    for t, a, b in zip(tasks, runs["system"], runs["user"]):
+    for at, kind in (("system", False), ("user", False), ("user", True)):
+        config = compact.model_copy(update={"price_order_at": at, "show_kind": kind})
+        runs[at, kind] = rollout(Environment(train=tasks, tools=box),
+                                 RouteEngine(tokenizer, tasks, {t.id: label for t in tasks}, task_routes,
+                                             config=config), config=config, seed=0)
+        assert all("From the cheapest per call" in tokenizer.decode(t.ids) for t in runs[at, kind])
+        assert all(("Kind of question: " in tokenizer.decode(t.ids)) == kind for t in runs[at, kind])
+    for t, a, b, k in zip(tasks, runs["system", False], runs["user", False], runs["user", True]):
         assert [c.name for turn in b.turns for c in turn.calls][:1] == [label] == \
-            [c.name for turn in a.turns for c in turn.calls][:1]
+            [c.name for turn in a.turns for c in turn.calls][:1] == [c.name for turn in k.turns for c in turn.calls][:1]
         r = try_routes([t], box, tokenizer, CONFIG).results[t.id][label]
-        assert (a.outcome, a.cost_usd) == (b.outcome, b.cost_usd) == (r.outcome, r.cost_usd)
+        assert (a.outcome, a.cost_usd) == (b.outcome, b.cost_usd) == (k.outcome, k.cost_usd) == (r.outcome, r.cost_usd)
 
 
 def test_each_prompt_is_rendered_and_tokenised_once(setup, tokenizer):

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from orchlib.chat import IM_END, IM_START, TOOL_RESPONSE, TOOL_RESPONSE_END, render_call
 from orchlib.engines.scripted import ScriptedEngine
-from orchlib.prompting import PRICE_ORDER_OPENING, preference_line
+from orchlib.prompting import KIND_OPENING, PRICE_ORDER_OPENING, preference_line
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task, answer_in_text
 from orchlib.trajectory import ToolCall, new_tool_call
@@ -60,6 +60,9 @@ def _prompt_key(prompt_text: str) -> tuple[str, str]:
     pref = _PREF.search(prompt_text)  # in the system turn, the user turn or the assistant's prefix
     if pref is not None and start <= pref.start() < start + len(user):  # preference_at="user": P follows the task
         user = user[:pref.start() - start].removesuffix("\n\n")
+    kind = user.rfind("\n" + KIND_OPENING)
+    if kind >= 0 and "\n" not in user[kind + 1:]:  # show_kind: the kind's line follows the task
+        user = user[:kind]
     return user, pref.group(0).strip() if pref else ""
 
 

@@ -32,11 +32,14 @@ from orchlib.train.sft import SFTConfig, SFTExample
 
 __all__ = ["EvidenceDrillConfig", "EvidenceDrill", "evidence_drills", "evidence_drill_prompt", "shows_evidence",
            "evidence_drill_examples", "evidence_drill_accuracy", "drill_evidence", "warm_start_drills",
-           "OTHER_CATEGORIES"]
+           "OTHER_CATEGORIES", "DECOY_CATEGORIES"]
 
 # Categories a drill's descriptions may also report, beside the question's own and the world's: the line to
 # read is the question's kind, not the one number shown.
 OTHER_CATEGORIES = ("lookup", "code", "trivia", "translation", "logic")
+# With `decoys`, also kinds that sort before any question's kind (the lines are in alphabetical order), so
+# that an arithmetic question's line is not always the first
+DECOY_CATEGORIES = OTHER_CATEGORIES + ("accounting", "algebra", "anatomy")
 _PROFILES = ("accuracy", "thrifty")  # at one price both ask for the most accurate tool
 
 
@@ -63,6 +66,10 @@ class EvidenceDrillConfig(Settings):
     in_warm_start: int = Field(0, ge=0, description="drills more, drawn as the `n` are but past them (none trained "
                                "on), mixed among the warm start's golden trajectories: SFT on one world's prompts "
                                "alone wore the reading away on SmolLM2 (docs/results.md); 0: none")
+    decoys: bool = Field(False, description="every other kind's line a decoy: the right tool leads no line but its "
+                         "question's, and that line stands first on about one drill in k (k lines), so neither "
+                         "'the first line' nor one kind's line passes the drills; without it 'the first name of "
+                         "the first line' answered 0.92 of SmolLM2's recipe drills (docs/results.md)")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_steps=300, batch_size=8, learning_rate=1e-4, schedule="constant",
@@ -101,7 +108,7 @@ def _stats(rng: random.Random, name: str, categories: Sequence[str], rates: dict
 
 
 def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], categories: Sequence[str],
-          n: int, margin: float, balance: bool = False) -> list[EvidenceDrill]:
+          n: int, margin: float, balance: bool = False, decoys: bool = False) -> list[EvidenceDrill]:
     by_kind: dict[str, list[Task]] = {}
     for q in questions:
         by_kind.setdefault(q.category, []).append(q)
@@ -110,7 +117,8 @@ def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], ca
     while len(out) < n:
         q = rng.choice(by_kind[rng.choice(kinds)]) if balance else rng.choice(questions)
         k = rng.choice((2, 3, 3))
-        shown = sorted({q.category, *rng.sample([c for c in categories if c != q.category], rng.randint(1, 2))})
+        others = _others(rng, q.category, categories, rng.randint(1, 2), decoys)
+        shown = sorted({q.category, *others})
         names = tuple(rng.sample(pool, k))
         rates = [{c: rng.randint(0, 10) / 10 for c in shown} for _ in names]
         cost, latency = rng.choice((0.00005, 0.0002, 0.0009, 0.004)), rng.choice((1, 2, 5, 12))
@@ -118,28 +126,52 @@ def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], ca
         own = sorted(s.categories[q.category].success_rate for s in stats)  # as shown, whole trials
         if own[-1] - own[-2] < margin - 1e-9:  # the evidence must decide
             continue
-        out.append(EvidenceDrill(q.prompt, q.category, rng.choice(_PROFILES), names, stats))
+        drill = EvidenceDrill(q.prompt, q.category, rng.choice(_PROFILES), names, stats)
+        if decoys and any(_leader(drill, c) == drill.answer for c in others):
+            continue
+        out.append(drill)
     return out
 
 
+def _others(rng: random.Random, kind: str, categories: Sequence[str], m: int, decoys: bool) -> list[str]:
+    """`m` kinds beside the question's `kind`; with `decoys`, as many sorting before it as a uniform draw of
+    its line's place among the m + 1 says (where there are that many)."""
+    rest = [c for c in categories if c != kind]
+    if not decoys:
+        return rng.sample(rest, m)
+    before, after = [c for c in rest if c < kind], [c for c in rest if c > kind]
+    ahead = min(rng.randint(0, m), len(before))
+    ahead = max(ahead, m - len(after))
+    return rng.sample(before, ahead) + rng.sample(after, m - ahead)
+
+
+def _leader(drill: EvidenceDrill, kind: str) -> str:
+    """The first name on `kind`'s evidence line (`orchlib.prompting.evidence_order_lines`: ties keep the list's
+    order)."""
+    rates = [s.categories[kind].success_rate for s in drill.stats]
+    return drill.names[rates.index(max(rates))]
+
+
 def evidence_drills(seed: int, n: int, questions: Sequence[Task], exclude: Collection[str] = (),
-                    margin: float = 0.25, balance: bool = False) -> list[EvidenceDrill]:
+                    margin: float = 0.25, balance: bool = False, decoys: bool = False) -> list[EvidenceDrill]:
     """`n` drills over `questions` (their words and categories), the names drawn from the generated ones
     without their `tool_` prefix (`orchlib.configurations.generated_names`) less `exclude`; with `balance`,
-    every kind of question equally often (EvidenceDrillConfig.balance_kinds)."""
+    every kind of question equally often (EvidenceDrillConfig.balance_kinds); with `decoys`, the other
+    kinds' lines led by other tools and the question's line not always first (EvidenceDrillConfig.decoys)."""
     if n < 0:
         raise ValueError(f"evidence_drills: n must be at least 0, not {n}")
     if not questions:
         raise ValueError("evidence_drills: no questions to drill on")
     excluded = set(exclude)
     pool = [name for name in generated_names(4900, prefix="") if name not in excluded]
-    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), _categories(questions), n, margin,
-                 balance)
+    return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), _categories(questions, decoys), n,
+                 margin, balance, decoys)
 
 
-def _categories(questions: Sequence[Task]) -> list[str]:
-    """The categories a drill's descriptions draw from: the questions' own and OTHER_CATEGORIES."""
-    return sorted({q.category for q in questions} | set(OTHER_CATEGORIES))
+def _categories(questions: Sequence[Task], decoys: bool = False) -> list[str]:
+    """The categories a drill's descriptions draw from: the questions' own and OTHER_CATEGORIES (with `decoys`,
+    DECOY_CATEGORIES)."""
+    return sorted({q.category for q in questions} | set(DECOY_CATEGORIES if decoys else OTHER_CATEGORIES))
 
 
 def _tools(drill: EvidenceDrill) -> list[dict]:
@@ -194,10 +226,10 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     t0 = time.perf_counter()
     gate_names = _gate_names()
     drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin,
-                             balance=config.balance_kinds)
+                             balance=config.balance_kinds, decoys=config.decoys)
     held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), gate_names,
-                 list(held_out_questions or questions), _categories(questions), config.held_out, config.margin,
-                 config.balance_kinds)
+                 list(held_out_questions or questions), _categories(questions, config.decoys), config.held_out,
+                 config.margin, config.balance_kinds, config.decoys)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
     return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
                          lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
@@ -215,5 +247,5 @@ def warm_start_drills(config: EvidenceDrillConfig, questions: Sequence[Task], to
     if config.in_warm_start == 0:
         return []
     drills = evidence_drills(config.seed, config.n + config.in_warm_start, questions, exclude=_gate_names(),
-                             margin=config.margin, balance=config.balance_kinds)[config.n:]
+                             margin=config.margin, balance=config.balance_kinds, decoys=config.decoys)[config.n:]
     return evidence_drill_examples(drills, tokenizer, rollout)
