@@ -12,6 +12,9 @@ drawn per drill and per category, other categories among them. The golden call i
 right on the question's category, by a clear margin, under either profile: at one price that is what P
 asks for. Names, rates and positions change from drill to drill, so the only rule to learn is reading
 the line of the question's kind; no drill shows a real backend, so none shows a choice a test measures.
+With `decoys` the drills make sure of it: no other line is led by the right tool, and the question's line
+is not always the first. `in_warm_start` carries drills on into the warm start, among its golden
+trajectories.
 """
 
 from __future__ import annotations
@@ -91,8 +94,7 @@ class EvidenceDrill:
     @property
     def answer(self) -> str:
         """The tool most often right on the question's category."""
-        rates = [s.categories[self.category].success_rate for s in self.stats]
-        return self.names[rates.index(max(rates))]
+        return _leader(self, self.category)
 
 
 def _stats(rng: random.Random, name: str, categories: Sequence[str], rates: dict[str, float], cost: float,
