@@ -193,13 +193,13 @@ def test_drill_evidence_draws_training_and_held_out_drills_as_its_config_says(ti
     model, tok = tiny_policy
     model = copy.deepcopy(model)  # trained in place: the session's policy stays as built
     seen, draw = [], ev._draw
-    monkeypatch.setattr(ev, "_draw", lambda *a, **k: seen.append(a[-2:]) or draw(*a, **k))
-    config = EvidenceDrillConfig(n=4, held_out=2, check_every=1, balance_kinds=True, decoys=True,
+    monkeypatch.setattr(ev, "_draw", lambda *a, **k: seen.append(a[-3:]) or draw(*a, **k))
+    config = EvidenceDrillConfig(n=4, held_out=2, check_every=1, balance_kinds=True, decoys=True, every_kind=True,
                                  sft=SFTConfig(max_steps=1, batch_size=2))
     lines = RolloutConfig(tool_schema="compact", evidence_order=True, max_turns=1)
     record = drill_evidence(model, tok, config, QUESTIONS, lines, progress=False)
-    # the training drills, then the gate's: each balanced and with decoys
-    assert seen == [(True, True), (True, True)] and record["steps"] == 1
+    # the training drills, then the gate's: each balanced, with decoys and every kind on its lines
+    assert seen == [(True, True, True), (True, True, True)] and record["steps"] == 1
 
 
 def test_the_warm_starts_drills_carry_the_draw_on_past_those_trained(tiny_policy):
@@ -275,3 +275,35 @@ def test_with_decoys_neither_the_first_line_nor_one_kinds_line_passes_the_drills
     # without decoys the draw is the one recorded runs drew
     assert [(d.names, d.category) for d in plain[:2]] == [(("zipe", "zimu", "dome"), "gsm8k"),
                                                          (("geza", "rami", "sogo"), "gsm8k")]
+
+
+def test_with_every_kind_each_drill_shows_both_kinds_and_no_line_alone_passes():
+    """A card described on the questions' kinds shows a line for each of them; drills with `every_kind` do
+    too. Without it most drills show one of the two, and "the gsm8k line's leader, else the last line's"
+    answers most of them; with it each kind's line answers its own questions alone."""
+
+    def leader(d, kind):  # the first name on `kind`'s line: the highest rate, ties to the first listed
+        rates = [s.categories[kind].success_rate for s in d.stats]
+        return d.names[rates.index(max(rates))]
+
+    def share(drills, line):
+        return sum(line(d) in d.stats[0].categories and leader(d, line(d)) == d.answer for d in drills) / len(drills)
+
+    decoys = evidence_drills(5, 400, QUESTIONS, balance=True, decoys=True)
+    every = evidence_drills(5, 400, QUESTIONS, balance=True, decoys=True, every_kind=True)
+    both = [{"arithmetic", "gsm8k"} <= set(d.stats[0].categories) for d in decoys]
+    assert sum(both) / len(both) < 0.3  # without it few drills look like the described card
+    gsm8k_line = lambda d: "gsm8k" if "gsm8k" in d.stats[0].categories else sorted(d.stats[0].categories)[-1]  # noqa: E731
+    assert share(decoys, gsm8k_line) > 0.6  # and one kind's line, else the last, answers most of them
+    for d in every:
+        kinds = sorted(d.stats[0].categories)
+        assert {"arithmetic", "gsm8k"} <= set(kinds) and len(kinds) <= 3
+        assert [k for k in kinds if leader(d, k) == d.answer] == [d.category]  # the decoys still hold
+    for line in (gsm8k_line, lambda d: "arithmetic", lambda d: sorted(d.stats[0].categories)[0],
+                 lambda d: sorted(d.stats[0].categories)[-1]):
+        assert share(every, line) < 0.6
+    kinds = [d.category for d in every]
+    assert 0.4 < kinds.count("gsm8k") / len(kinds) < 0.6
+    # one kind of question alone: its line, and at most one more
+    alone = evidence_drills(5, 50, QUESTIONS[:6], decoys=True, every_kind=True)
+    assert all(1 <= len(d.stats[0].categories) <= 2 and d.category == "arithmetic" for d in alone)

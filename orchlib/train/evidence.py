@@ -13,7 +13,9 @@ right on the question's category, by a clear margin, under either profile: at on
 asks for. Names, rates and positions change from drill to drill, so the only rule to learn is reading
 the line of the question's kind; no drill shows a real backend, so none shows a choice a test measures.
 With `decoys` the drills make sure of it: no other line is led by the right tool, and the question's line
-is not always the first. `in_warm_start` carries drills on into the warm start, among its golden
+is not always the first; with `every_kind` every kind of question stands on every drill, as it does on a
+card described on those kinds, so that "the line of this kind" is never a rule that works only when the
+other kind is absent. `in_warm_start` carries drills on into the warm start, among its golden
 trajectories.
 """
 
@@ -73,6 +75,11 @@ class EvidenceDrillConfig(Settings):
                          "question's, and that line stands first on about one drill in k (k lines), so neither "
                          "'the first line' nor one kind's line passes the drills; without it 'the first name of "
                          "the first line' answered 0.92 of SmolLM2's recipe drills (docs/results.md)")
+    every_kind: bool = Field(False, description="every kind of the questions on every drill's lines (with "
+                             "`decoys`, the other kinds' led by other tools), as a card described on those kinds "
+                             "shows them: without it a drill showed both of SmolLM2's kinds on about one in six, "
+                             "and 'the gsm8k line's leader' answered 0.72 of the drills with decoys "
+                             "(docs/results.md)")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_steps=300, batch_size=8, learning_rate=1e-4, schedule="constant",
@@ -110,7 +117,8 @@ def _stats(rng: random.Random, name: str, categories: Sequence[str], rates: dict
 
 
 def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], categories: Sequence[str],
-          n: int, margin: float, balance: bool = False, decoys: bool = False) -> list[EvidenceDrill]:
+          n: int, margin: float, balance: bool = False, decoys: bool = False,
+          every_kind: bool = False) -> list[EvidenceDrill]:
     by_kind: dict[str, list[Task]] = {}
     for q in questions:
         by_kind.setdefault(q.category, []).append(q)
@@ -119,7 +127,11 @@ def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], ca
     while len(out) < n:
         q = rng.choice(by_kind[rng.choice(kinds)]) if balance else rng.choice(questions)
         k = rng.choice((2, 3, 3))
-        others = _others(rng, q.category, categories, rng.randint(1, 2), decoys)
+        if every_kind:  # the questions' other kinds, then none or one more
+            others = [k for k in kinds if k != q.category]
+            others += _others(rng, q.category, [c for c in categories if c not in others], rng.randint(0, 1), decoys)
+        else:
+            others = _others(rng, q.category, categories, rng.randint(1, 2), decoys)
         shown = sorted({q.category, *others})
         names = tuple(rng.sample(pool, k))
         rates = [{c: rng.randint(0, 10) / 10 for c in shown} for _ in names]
@@ -155,11 +167,13 @@ def _leader(drill: EvidenceDrill, kind: str) -> str:
 
 
 def evidence_drills(seed: int, n: int, questions: Sequence[Task], exclude: Collection[str] = (),
-                    margin: float = 0.25, balance: bool = False, decoys: bool = False) -> list[EvidenceDrill]:
+                    margin: float = 0.25, balance: bool = False, decoys: bool = False,
+                    every_kind: bool = False) -> list[EvidenceDrill]:
     """`n` drills over `questions` (their words and categories), the names drawn from the generated ones
     without their `tool_` prefix (`orchlib.configurations.generated_names`) less `exclude`; with `balance`,
     every kind of question equally often (EvidenceDrillConfig.balance_kinds); with `decoys`, the other
-    kinds' lines led by other tools and the question's line not always first (EvidenceDrillConfig.decoys)."""
+    kinds' lines led by other tools and the question's line not always first (EvidenceDrillConfig.decoys);
+    with `every_kind`, every kind of the questions on every drill's lines (EvidenceDrillConfig.every_kind)."""
     if n < 0:
         raise ValueError(f"evidence_drills: n must be at least 0, not {n}")
     if not questions:
@@ -167,7 +181,7 @@ def evidence_drills(seed: int, n: int, questions: Sequence[Task], exclude: Colle
     excluded = set(exclude)
     pool = [name for name in generated_names(4900, prefix="") if name not in excluded]
     return _draw(random.Random(f"evidence-drills:{seed}"), pool, list(questions), _categories(questions, decoys), n,
-                 margin, balance, decoys)
+                 margin, balance, decoys, every_kind)
 
 
 def _categories(questions: Sequence[Task], decoys: bool = False) -> list[str]:
@@ -228,10 +242,10 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
     t0 = time.perf_counter()
     gate_names = _gate_names()
     drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin,
-                             balance=config.balance_kinds, decoys=config.decoys)
+                             balance=config.balance_kinds, decoys=config.decoys, every_kind=config.every_kind)
     held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), gate_names,
                  list(held_out_questions or questions), _categories(questions, config.decoys), config.held_out,
-                 config.margin, config.balance_kinds, config.decoys)
+                 config.margin, config.balance_kinds, config.decoys, config.every_kind)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
     return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
                          lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
@@ -249,5 +263,6 @@ def warm_start_drills(config: EvidenceDrillConfig, questions: Sequence[Task], to
     if config.in_warm_start == 0:
         return []
     drills = evidence_drills(config.seed, config.n + config.in_warm_start, questions, exclude=_gate_names(),
-                             margin=config.margin, balance=config.balance_kinds, decoys=config.decoys)[config.n:]
+                             margin=config.margin, balance=config.balance_kinds, decoys=config.decoys,
+                             every_kind=config.every_kind)[config.n:]
     return evidence_drill_examples(drills, tokenizer, rollout)
