@@ -13,9 +13,9 @@ right on the question's category, by a clear margin, under either profile: at on
 asks for. Names, rates and positions change from drill to drill, so the only rule to learn is reading
 the line of the question's kind; no drill shows a real backend, so none shows a choice a test measures.
 With `decoys` the drills make sure of it: no other line is led by the right tool, and the question's line
-is not always the first; with `every_kind` every kind of question stands on every drill, as it does on a
-card described on those kinds, so that "the line of this kind" is never a rule that works only when the
-other kind is absent. `in_warm_start` carries drills on into the warm start, among its golden
+is not always the first; with `every_kind` every kind of the questions has its line on every drill, as on
+a card described on those kinds, so that reading one kind's line whatever the question cannot pass
+them. `in_warm_start` carries drills on into the warm start, among its golden
 trajectories.
 """
 
@@ -77,7 +77,7 @@ class EvidenceDrillConfig(Settings):
                          "the first line' answered 0.92 of SmolLM2's recipe drills (docs/results.md)")
     every_kind: bool = Field(False, description="every kind of the questions on every drill's lines (with "
                              "`decoys`, the other kinds' led by other tools), as a card described on those kinds "
-                             "shows them: without it a drill showed both of SmolLM2's kinds on about one in six, "
+                             "shows them: without it 12 % of SmolLM2's recipe drills showed both of its kinds, "
                              "and 'the gsm8k line's leader' answered 0.72 of the drills with decoys "
                              "(docs/results.md)")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
@@ -128,7 +128,7 @@ def _draw(rng: random.Random, pool: Sequence[str], questions: Sequence[Task], ca
         q = rng.choice(by_kind[rng.choice(kinds)]) if balance else rng.choice(questions)
         k = rng.choice((2, 3, 3))
         if every_kind:  # the questions' other kinds, then none or one more
-            others = [k for k in kinds if k != q.category]
+            others = [c for c in kinds if c != q.category]
             others += _others(rng, q.category, [c for c in categories if c not in others], rng.randint(0, 1), decoys)
         else:
             others = _others(rng, q.category, categories, rng.randint(1, 2), decoys)
