@@ -241,14 +241,19 @@ def drill_evidence(model, tokenizer, config: EvidenceDrillConfig, questions: Seq
 
     t0 = time.perf_counter()
     gate_names = _gate_names()
-    drills = evidence_drills(config.seed, config.n, questions, exclude=gate_names, margin=config.margin,
-                             balance=config.balance_kinds, decoys=config.decoys, every_kind=config.every_kind)
+    drills = _drills(config, config.n, questions)
     held = _draw(random.Random(f"evidence-drills:held-out:{config.seed}"), gate_names,
                  list(held_out_questions or questions), _categories(questions, config.decoys), config.held_out,
                  config.margin, config.balance_kinds, config.decoys, config.every_kind)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
     return drill_to_gate(model, tokenizer, evidence_drill_examples(drills, tokenizer, rollout), config,
                          lambda: evidence_drill_accuracy(engine, held, rollout), "evidence drills", progress, t0)
+
+
+def _drills(config: EvidenceDrillConfig, n: int, questions: Sequence[Task]) -> list[EvidenceDrill]:
+    """The first `n` training drills `config` draws: none on the gate's names."""
+    return evidence_drills(config.seed, n, questions, exclude=_gate_names(), margin=config.margin,
+                           balance=config.balance_kinds, decoys=config.decoys, every_kind=config.every_kind)
 
 
 def _gate_names() -> list[str]:
@@ -262,7 +267,5 @@ def warm_start_drills(config: EvidenceDrillConfig, questions: Sequence[Task], to
     trained on and none shows a name the gate measures."""
     if config.in_warm_start == 0:
         return []
-    drills = evidence_drills(config.seed, config.n + config.in_warm_start, questions, exclude=_gate_names(),
-                             margin=config.margin, balance=config.balance_kinds, decoys=config.decoys,
-                             every_kind=config.every_kind)[config.n:]
+    drills = _drills(config, config.n + config.in_warm_start, questions)[config.n:]
     return evidence_drill_examples(drills, tokenizer, rollout)
