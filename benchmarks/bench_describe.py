@@ -39,9 +39,10 @@ description on a line below the tool list): its SFT warm start, then `--grpo-ste
 tools `brief`: a policy that learned its calls from `compact` lines was seen copying the description
 lines into its calls. A recipe whose rollout shows the evidence as lines (`evidence_order`) is tested as it
 lists its tools, and with a compact list the `plain` arm is left out (its words would not be shown). The
-seeds run side by side, one process and one thread each. With a recipe that drills first
-(`examples/smollm2_cards.yaml`: order and evidence drills, the evidence-order lines), each seed's drills
-are printed with their held-out share at every check (the run's `warm_start.json`).
+seeds run side by side, one process each and an equal share of the cores (one seed alone takes them
+all). With a recipe that drills first (`examples/smollm2_cards.yaml`: order and evidence drills, the
+evidence-order lines), each seed's drills are printed with their held-out share at every check (the
+run's `warm_start.json`).
 
 Then three tools the policy never saw, under names that say nothing, on the recipe's held-out GSM8K and
 arithmetic questions under "accuracy" and "thrifty": atlas (GPT-4-1106's recorded GSM8K answers), lyra
@@ -62,6 +63,7 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -261,7 +263,8 @@ def train_reader(model: str, config: str, seed: int, describe_n: int, grpo_steps
     return trainer, json.loads((Path(run.out) / "warm_start.json").read_text(encoding="utf-8"))
 
 
-def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n: int, grpo_steps: int) -> dict:
+def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n: int, grpo_steps: int,
+                    threads: int = 1) -> dict:
     """One policy on every arm: the test questions under both profiles, each tool first in the list for a
     third of them. `policy`: a checkpoint of the real-model recipe, or a model name to train here
     (`train_reader`). Returns one row per episode (plain values) and the arms' descriptions."""
@@ -272,7 +275,7 @@ def evaluate_unseen(policy: str, config: str, seed: int, n_test: int, describe_n
     from orchlib.rollout import rollout
     from orchlib.train.run import RunConfig, load_environment
 
-    torch.set_num_threads(1)  # one process per seed, side by side
+    torch.set_num_threads(threads)  # one process per seed, side by side, sharing the cores
     t0 = time.perf_counter()
     cfg = load_config(config, RunConfig)
     warm = None  # the drills' records, when the policy is trained here
@@ -383,9 +386,10 @@ def unseen_main(args) -> None:
     policies = args.policy if len(args.policy) > 1 else args.policy * len(args.seeds)
     seeds = args.seeds if len(args.policy) == 1 else list(range(len(args.policy)))
     n = len(seeds)
+    threads = max(1, (os.cpu_count() or 1) // n)
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(evaluate_unseen, policies, [args.config] * n, seeds, [args.n_test] * n,
-                             [args.describe_n] * n, [args.grpo_steps] * n))
+                             [args.describe_n] * n, [args.grpo_steps] * n, [threads] * n))
     rows = [r for d in done for r in d["rows"]]
     for arm, cards in done[0]["descriptions"].items():
         print(f"\n{arm} (seed {seeds[0]}):")
@@ -403,7 +407,8 @@ def unseen_main(args) -> None:
         print(f"seed {s}: training {d['seconds']['train']:.0f} s, evaluation {d['seconds']['evaluate']:.0f} s")
         for line in drill_lines(d.get("warm_start")):
             print(f"  {line}")
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s ({cpu_description()}; the seeds side by side, one thread each)")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s ({cpu_description()}; {n} seed(s) side by side, "
+          f"{threads} thread(s) each)")
 
 
 def main() -> None:
