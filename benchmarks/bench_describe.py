@@ -386,7 +386,9 @@ def unseen_main(args) -> None:
     policies = args.policy if len(args.policy) > 1 else args.policy * len(args.seeds)
     seeds = args.seeds if len(args.policy) == 1 else list(range(len(args.policy)))
     n = len(seeds)
-    threads = max(1, (os.cpu_count() or 1) // n)
+    # the cores this process may run on (a cpuset can allow fewer than the machine has), shared out evenly
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // n)
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(evaluate_unseen, policies, [args.config] * n, seeds, [args.n_test] * n,
                              [args.describe_n] * n, [args.grpo_steps] * n, [threads] * n))
