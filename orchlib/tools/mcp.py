@@ -49,6 +49,7 @@ MAX_BLOCKS = 1000
 MAX_RESULT_CHARS = 4_000_000
 MAX_TOOLS = 2000
 MAX_PAGES = 200
+RESET_WAIT_S = 5.0  # how long a reset lets the session it ends close politely before cancelling it
 
 __all__ = ["MCPSettings", "MCPTool", "MCPConnection", "mcp_cards", "list_server_tools", "close_servers"]
 
@@ -255,10 +256,13 @@ class MCPConnection:
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
-            if self._client is not None and self._serving is not None and not self._serving.done():
+            live = (self._serving is not None and not self._serving.done()
+                    and self._stop is not None and not self._stop.is_set())
+            if self._client is not None and live:
                 return self._client
             if self._stop is not None:
-                self._stop.set()  # a session being dropped: let it end
+                self._stop.set()  # a session being dropped, or one still starting that a reset ended: let it end
+            self._client = None
             ready: asyncio.Future = self._loop.create_future()
             self._stop = asyncio.Event()
             self._serving = asyncio.create_task(self._serve(ready, self._stop))
@@ -281,7 +285,8 @@ class MCPConnection:
             self._drop(client)
 
     def _drop(self, client: Any) -> None:
-        """Forget a session whose server is gone; its task winds down on its own."""
+        """Forget a session whose server is gone; its task winds down on its own. (`_client` is only ever
+        the newest session's, so `_stop` is its stop.)"""
         if self._client is client:
             self._client = None
             if self._stop is not None:
@@ -293,7 +298,10 @@ class MCPConnection:
         client = None
         try:
             async with self._open_client() as client:
-                self._client = client
+                # Only the newest session is the connection's: one ended before it was up (a reset, or a
+                # newer start) must not come back as the current one, nor, on its way out, end the newer.
+                if not stop.is_set():
+                    self._client = client
                 ready.set_result(client)
                 await stop.wait()
         except BaseException as e:  # the server exited, or never started: the next call starts it again
@@ -302,7 +310,8 @@ class MCPConnection:
             if not isinstance(e, Exception):
                 raise
         finally:
-            self._drop(client)
+            if client is not None and self._client is client:
+                self._client = None
 
     def _open_client(self) -> Any:
         try:
@@ -325,13 +334,17 @@ class MCPConnection:
                                                                         env=env or None, cwd=self.cwd)))
 
     async def _reset(self) -> None:
-        client = self._client
-        if client is not None:
-            self._drop(client)
-        serving = self._serving
+        # End the session current when the reset was asked for, even one still starting (a call that timed
+        # out during the start): only its own stop is set and only it is cancelled, never a later session
+        # that calls made after the reset may already be using.
+        serving, stop = self._serving, self._stop
+        if self._client is not None:
+            self._drop(self._client)
+        if stop is not None:
+            stop.set()
         if serving is not None and not serving.done():
             try:
-                await asyncio.wait_for(asyncio.shield(serving), 5)
+                await asyncio.wait_for(asyncio.shield(serving), RESET_WAIT_S)
             except (asyncio.TimeoutError, Exception):
                 serving.cancel()
 
