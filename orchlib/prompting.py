@@ -12,13 +12,15 @@ This module sits below the loop: it reads a config object and knows no engine.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from orchlib.chat import IM_END, template_renders_tools, tools_block
 from orchlib.tasks import Preference, Task
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "render_prompt", "tool_schemas", "shown_preference", "preference_line",
-           "user_message", "assistant_prefix", "price_order_line", "evidence_order_lines", "kind_line",
+           "user_message", "assistant_prefix", "name_list", "price_order_line", "evidence_order_lines", "kind_line",
            "PRICE_ORDER_OPENING", "EVIDENCE_ORDER_OPENING", "KIND_OPENING"]
 
 DEFAULT_SYSTEM_PROMPT = ("You are an orchestrator. Solve the task by calling tools, or answer directly. "
@@ -50,7 +52,7 @@ def user_message(task: Task, config: Any, tools: list[dict] | None = None) -> st
     if config.show_preference and config.preference_at == "user":
         text += "\n\n" + preference_line(task, config)
     if _order_line_at(config, tools) == "user":
-        text += "\n" + price_order_line(tools)
+        text += "\n" + price_order_line(tools, config.quote_names)
     return text
 
 
@@ -83,9 +85,9 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
         notes = "\nWhat the tools are:" + "".join(f"\n{t['name']}: {' '.join(str(t.get('description', '')).split())}"
                                                   for t in tools)
     if config.evidence_order:  # after the descriptions, before the price line
-        notes += "".join("\n" + line for line in evidence_order_lines(tools))
+        notes += "".join("\n" + line for line in evidence_order_lines(tools, config.quote_names))
     if _order_line_at(config, tools) == "system":  # after the list (and the descriptions), the turn's last line
-        notes += "\n" + price_order_line(tools)
+        notes += "\n" + price_order_line(tools, config.quote_names)
     user = user_message(task, config, tools)
     tools = [{k: v for k, v in t.items() if k not in ("description", "call_price", "evidence")} for t in tools]
     if tools and not template_renders_tools(tokenizer):  # the template would drop them: list them ourselves
@@ -104,7 +106,18 @@ def render_prompt(task: Task, tools: list[dict], tokenizer, config: Any) -> str:
 PRICE_ORDER_OPENING = "From the cheapest per call to the dearest: "
 
 
-def price_order_line(tools: list[dict]) -> str:
+def name_list(names: Iterable[str], quoted: bool = False) -> str:
+    """Names for an order line, comma-separated: as they are (`atlas, lyra`), or (`quoted`) each in quotes as
+    a call writes it (`"atlas", "lyra"`).
+
+    Why quotes: a tokenizer may cut a name after a space differently from after a quote (SmolLM2 has
+    " atlas" as one token, where a call's `"atlas"` is "at" + "las"), and a policy that copies the name from
+    a plain line then starts a piece no call of that name uses; in quotes the line and the call share their
+    pieces."""
+    return ", ".join(json.dumps(n) if quoted else n for n in names)
+
+
+def price_order_line(tools: list[dict], quoted: bool = False) -> str:
     """The offered tools' names from the cheapest per call to the dearest (`tool_schemas`' compact and brief
     entries carry each one's `call_price`; equal prices keep the list's order).
 
@@ -113,13 +126,13 @@ def price_order_line(tools: list[dict]) -> str:
     order is the prices', so copying from it is reading them, whatever names and list order an episode
     draws."""
     ranked = sorted(tools, key=lambda t: t["call_price"])  # stable: ties keep the list's order
-    return PRICE_ORDER_OPENING + ", ".join(t["name"] for t in ranked) + "."
+    return PRICE_ORDER_OPENING + name_list((t["name"] for t in ranked), quoted) + "."
 
 
 EVIDENCE_ORDER_OPENING = "Most often right on "
 
 
-def evidence_order_lines(tools: list[dict]) -> list[str]:
+def evidence_order_lines(tools: list[dict], quoted: bool = False) -> list[str]:
     """A line per kind of question that two or more of the offered tools were measured on, naming them from
     the most often right to the least (`tool_schemas`' compact and brief entries carry each one's measured
     success per category as `evidence`, from its card's `auto_description`; equal rates keep the list's
@@ -137,7 +150,7 @@ def evidence_order_lines(tools: list[dict]) -> list[str]:
         if len(measured) < 2:  # one tool's rate orders nothing
             continue
         ranked = sorted(measured, key=lambda t: -t["evidence"][kind])  # stable: ties keep the list's order
-        lines.append(f"{EVIDENCE_ORDER_OPENING}{kind}: " + ", ".join(t["name"] for t in ranked) + ".")
+        lines.append(f"{EVIDENCE_ORDER_OPENING}{kind}: " + name_list((t["name"] for t in ranked), quoted) + ".")
     return lines
 
 

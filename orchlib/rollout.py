@@ -115,6 +115,11 @@ class RolloutConfig(Settings):
                                  "often right to the least, at the end of the system turn before the price-order "
                                  "line (`orchlib.prompting.evidence_order_lines`; the rates come from the cards' "
                                  "`auto_description`, which `orchlib.describe` writes)")
+    quote_names: bool = Field(False, description="the order lines (price_order, evidence_order) write each name in "
+                              "quotes, as a call writes it (`\"atlas\", \"lyra\"`): a tokenizer may cut a name "
+                              "after a space differently from after a quote (SmolLM2: ' atlas' is one token, a "
+                              "call's \"atlas\" two), and a policy copying from a plain line then starts a piece "
+                              "no call of that name uses (`orchlib.prompting.name_list`)")
     show_kind: bool = Field(False, description="the user turn names the task's kind after it (`Kind of question: "
                             "gsm8k.`), the word the evidence lines are labelled with, as a router that sorts "
                             "questions would: the policy then finds its line by a word, where without it it must "

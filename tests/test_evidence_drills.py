@@ -99,6 +99,11 @@ def test_with_evidence_order_the_prompt_names_the_tools_by_their_rate_per_kind(t
     i = lines.index("Most often right on arithmetic: nupo, bada, kemo.")
     assert lines[i + 1:i + 3] == ["Most often right on gsm8k: kemo, bada, nupo.",
                                   "From the cheapest per call to the dearest: kemo, nupo, bada."]
+    # quote_names: the drill's lines quote the names as the rollout's do
+    quoted = evidence_drill_prompt(_drill(), tok, compact.model_copy(update={"quote_names": True})).splitlines()
+    assert quoted[i:i + 3] == ['Most often right on arithmetic: "nupo", "bada", "kemo".',
+                               'Most often right on gsm8k: "kemo", "bada", "nupo".',
+                               'From the cheapest per call to the dearest: "kemo", "nupo", "bada".']
     # brief with the lines: the descriptions, then the lines
     both = BRIEF.model_copy(update={"evidence_order": True})
     lines = evidence_drill_prompt(_drill(), tok, both).splitlines()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchlib.cards import load_card
+from orchlib.chat import IM_END
 from orchlib.describe import describe
 from orchlib.envs import make_suite
 from orchlib.prompting import evidence_order_lines, render_prompt, tool_schemas
@@ -29,6 +30,31 @@ def test_a_line_per_kind_names_the_tools_from_most_often_right():
         "Most often right on gsm8k: nupo, bada, kemo."]  # lookup: one tool measured, a line would order nothing
     assert evidence_order_lines(list(reversed(tools)))[0] == "Most often right on arithmetic: nupo, kemo."
     assert evidence_order_lines([_tool("kemo"), _tool("nupo")]) == []  # cards never described: nothing said
+    # quoted, each name as a call writes it
+    assert evidence_order_lines(tools, quoted=True) == [
+        'Most often right on arithmetic: "kemo", "nupo".', 'Most often right on gsm8k: "nupo", "bada", "kemo".']
+
+
+def test_quote_names_quotes_both_order_lines_and_changes_nothing_else(tiny_policy):
+    from orchlib.tasks import PROFILES, Task
+
+    _, tok = tiny_policy
+    tools = [_tool("kemo", gsm8k=0.2, arithmetic=0.9), _tool("nupo", gsm8k=0.8, arithmetic=0.4)]
+    tools[0]["call_price"] = 0.5
+    task = Task(id="q", prompt="Ann has 3 apples and buys 4 more. How many?", category="gsm8k",
+                preference=PROFILES["thrifty"])
+    for at in ("system", "user"):
+        config = RolloutConfig(tool_schema="compact", evidence_order=True, price_order=True, price_order_at=at,
+                               max_turns=1)
+        plain = render_prompt(task, tools, tok, config)
+        quoted = render_prompt(task, tools, tok, config.model_copy(update={"quote_names": True}))
+        changed = [(a, b) for a, b in zip(plain.splitlines(), quoted.splitlines()) if a != b]
+        end = IM_END if at == "user" else ""  # the price line closes the user turn there
+        assert changed == [("Most often right on arithmetic: kemo, nupo.",
+                            'Most often right on arithmetic: "kemo", "nupo".'),
+                           ("Most often right on gsm8k: nupo, kemo.", 'Most often right on gsm8k: "nupo", "kemo".'),
+                           ("From the cheapest per call to the dearest: nupo, kemo." + end,
+                            'From the cheapest per call to the dearest: "nupo", "kemo".' + end)]
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,13 @@ def test_at_user_the_lines_close_the_user_turn_as_the_rollout_places_them(tiny_p
                       "<|im_start|>assistant\n")
     ex = order_drill_examples([drill], tok, at="user")[0]
     assert tok.decode(ex.ids[:ex.mask.index(1)]) == prompt
+    # quote_names: the same prompt, the names in quotes as the rollout's line then writes them
+    quoted = order_drill_prompt(drill, tok, at="user", quoted=True)
+    assert quoted == prompt.replace("tool_kemo, tool_nupo.", '"tool_kemo", "tool_nupo".')
+    assert price_order_line([{"name": "tool_kemo", "call_price": 0.1}, {"name": "tool_nupo", "call_price": 0.01}],
+                            quoted=True) == 'From the cheapest per call to the dearest: "tool_nupo", "tool_kemo".'
+    ex = order_drill_examples([drill], tok, at="user", quoted=True)[0]
+    assert tok.decode(ex.ids[:ex.mask.index(1)]) == quoted
     with pytest.raises(ValueError, match='at must be "system" or "user"'):
         order_drill_prompt(drill, tok, at="assistant")
 

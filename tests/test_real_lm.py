@@ -87,6 +87,32 @@ def test_its_template_drops_tools_so_the_rollout_lists_them_itself(smollm2, suit
 
 
 @needs_wheel
+def test_quoted_order_lines_cut_a_name_into_the_pieces_a_call_writes(smollm2):
+    """RolloutConfig.quote_names: in SmolLM2's vocabulary " atlas" is one token, so a plain line shows a piece
+    that a call of atlas (`"atlas"`: "at" + "las") never writes; in quotes the line and the call agree."""
+    from orchlib.prompting import evidence_order_lines
+
+    _, tok = smollm2
+
+    def pieces(text: str, name: str, at: int) -> list[int]:  # the ids that overlap the name's characters
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [i for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if a < at + len(name) and b > at]
+
+    tools = [{"name": n, "arguments": [], "call_price": 0.0, "evidence": {"gsm8k": r}}
+             for n, r in (("atlas", 0.9), ("lyra", 0.5), ("vega", 0.1))]
+    [plain], [quoted] = evidence_order_lines(tools), evidence_order_lines(tools, quoted=True)
+    for name in ("atlas", "lyra", "vega"):
+        call = render_call(ToolCall(name=name))
+        in_call = pieces(call, name, call.index(f'"{name}"') + 1)
+        assert pieces(quoted, name, quoted.index(f'"{name}"') + 1) == in_call
+    # the plain line: one piece, " atlas", where the call writes two
+    call = render_call(ToolCall(name="atlas"))
+    in_call = pieces(call, "atlas", call.index('"atlas"') + 1)
+    in_line = pieces(plain, "atlas", plain.index(" atlas") + 1)
+    assert in_line == tok.encode(" atlas", add_special_tokens=False) and len(in_line) == 1 and len(in_call) == 2
+
+
+@needs_wheel
 def test_sampled_log_probs_and_masks_match_an_independent_forward_pass(smollm2, suite):
     from orchlib.engines.transformers import TransformersEngine
 

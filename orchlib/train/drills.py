@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field
 
 from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
-from orchlib.prompting import PRICE_ORDER_OPENING
+from orchlib.prompting import PRICE_ORDER_OPENING, name_list
 from orchlib.settings import Settings
 from orchlib.tasks import PROFILES
 from orchlib.train.sft import SFTConfig, SFTExample
@@ -85,11 +85,14 @@ def _draw(rng: random.Random, pool: Sequence[str], n: int, sizes: Sequence[int])
     return [OrderDrill(rng.choice(DRILL_PROFILES), tuple(rng.sample(pool, rng.choice(sizes)))) for _ in range(n)]
 
 
-def order_drill_prompt(drill: OrderDrill, tokenizer, at: Literal["system", "user"] = "system") -> str:
+def order_drill_prompt(drill: OrderDrill, tokenizer, at: Literal["system", "user"] = "system",
+                       quoted: bool = False) -> str:
     """The drill's prompt through the chat template, ready to generate: P's line and the order line in the
     system turn and a bare request in the user turn, or (`at="user"`, as `RolloutConfig(price_order_at=
-    "user")` renders a task) the request, then P's line and the order line, all in the user turn."""
-    lines = PROFILES[drill.profile].render(weights=True) + "\n" + PRICE_ORDER_OPENING + ", ".join(drill.names) + "."
+    "user")` renders a task) the request, then P's line and the order line, all in the user turn; `quoted`:
+    the names in quotes, as `RolloutConfig(quote_names=True)` writes them (`orchlib.prompting.name_list`)."""
+    lines = (PROFILES[drill.profile].render(weights=True) + "\n" + PRICE_ORDER_OPENING
+             + name_list(drill.names, quoted) + ".")
     if at == "user":
         msgs = [{"role": "user", "content": "Call one tool.\n\n" + lines}]
     elif at == "system":
@@ -127,16 +130,17 @@ def exact_call_share(engine, prompts: Sequence[str], answers: Sequence[str], max
     return right / len(prompts)
 
 
-def order_drill_examples(drills: Sequence[OrderDrill], tokenizer, at: Literal["system", "user"] = "system") -> list:
+def order_drill_examples(drills: Sequence[OrderDrill], tokenizer, at: Literal["system", "user"] = "system",
+                         quoted: bool = False) -> list:
     """SFT examples: each drill's prompt, then the call of its answer, the loss on the call alone."""
-    return [call_example(order_drill_prompt(d, tokenizer, at), d.answer, tokenizer) for d in drills]
+    return [call_example(order_drill_prompt(d, tokenizer, at, quoted), d.answer, tokenizer) for d in drills]
 
 
 def order_drill_accuracy(engine, drills: Sequence[OrderDrill], max_new_tokens: int = 32,
-                         at: Literal["system", "user"] = "system") -> float:
-    """Greedy: the share of `drills` (prompted as `order_drill_prompt(..., at)`) whose reply calls exactly
-    their answer (and nothing else)."""
-    return exact_call_share(engine, [order_drill_prompt(d, engine.tokenizer, at) for d in drills],
+                         at: Literal["system", "user"] = "system", quoted: bool = False) -> float:
+    """Greedy: the share of `drills` (prompted as `order_drill_prompt(..., at, quoted)`) whose reply calls
+    exactly their answer (and nothing else)."""
+    return exact_call_share(engine, [order_drill_prompt(d, engine.tokenizer, at, quoted) for d in drills],
                             [d.answer for d in drills], max_new_tokens)
 
 
@@ -156,11 +160,13 @@ def gate_with_margin(measure: Callable[[], float], gate: float, margin_steps: in
 
 
 def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[str] = (),
-                progress: bool = True, at: Literal["system", "user"] = "system") -> dict[str, Any]:
+                progress: bool = True, at: Literal["system", "user"] = "system",
+                quoted: bool = False) -> dict[str, Any]:
     """Train `model` in place on `config.n` order drills until the gate (see OrderDrillConfig); `exclude`:
     names the drills must not show (a test's held-out aliases), which the held-out drills are drawn from
     instead; `at`: where the drills' lines go (`order_drill_prompt`), as the run's rollout places the order
-    line. Returns {"steps", "accuracy" (held-out, at the end), "checks", "seconds"} (`drill_to_gate`)."""
+    line, and `quoted`: whether they quote the names, as the rollout's `quote_names` does. Returns {"steps",
+    "accuracy" (held-out, at the end), "checks", "seconds"} (`drill_to_gate`)."""
     import time
 
     from orchlib.engines import TransformersEngine
@@ -174,8 +180,8 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
     else:
         held = order_drills(config.seed + 1, config.held_out)
     engine = TransformersEngine(model, tokenizer, seed=config.seed)
-    return drill_to_gate(model, tokenizer, order_drill_examples(drills, tokenizer, at), config,
-                         lambda: order_drill_accuracy(engine, held, at=at), "order drills", progress, t0)
+    return drill_to_gate(model, tokenizer, order_drill_examples(drills, tokenizer, at, quoted), config,
+                         lambda: order_drill_accuracy(engine, held, at=at, quoted=quoted), "order drills", progress, t0)
 
 
 def drill_to_gate(model, tokenizer, examples: Sequence[SFTExample], config, measure: Callable[[], float], desc: str,

@@ -204,7 +204,7 @@ def warm_started_policy(cfg: RunConfig, env: Environment, progress: bool = True,
         test_space = env.test_configurations
         held_out = test_space.aliases.pool if test_space is not None and test_space.aliases is not None else ()
         drilled = drill_order(model, tok, cfg.order_drills, exclude=held_out, progress=progress,
-                              at=cfg.grpo.rollout.price_order_at)
+                              at=cfg.grpo.rollout.price_order_at, quoted=cfg.grpo.rollout.quote_names)
         wall["order_drills"] = drilled.pop("seconds")
         if record is not None:
             record["order_drills"] = drilled
