@@ -133,31 +133,46 @@ def test_declared_latency_and_a_server_that_dies_is_started_again(tmp_path):
     tool.connection.close()
 
 
-def test_a_reset_ends_only_the_session_it_was_asked_for(monkeypatch):
-    # A call that times out while its server is still starting resets the connection. That reset must end
-    # the starting session, and only it: a session started after it, which later calls are using, must not
-    # be cancelled when the reset's grace period runs out (it was, and a rollout's next call found
-    # "Connection closed").
-    # The grace period is set longer than a server takes to start, so the session that was starting comes
-    # up before it runs out: the case where the later session was the one cancelled.
-    monkeypatch.setattr("orchlib.tools.mcp.RESET_WAIT_S", 4.0)
-    backend = {**STDIO, "env": {"ORCHLIB_TEST": "reset"}}
+def test_a_call_given_up_on_before_it_was_sent_leaves_the_session_be():
+    # Timed out while its server was still starting: nothing reached the server, so nothing can come back
+    # late, and the session that was starting serves the next calls.
+    backend = {**STDIO, "env": {"ORCHLIB_TEST": "early"}}
     hasty = build_tool(ToolCard(name="count", kind="mcp", description="count",
                                 backend={**backend, "timeout_s": 0.05}))  # far less than a server's start
     tool = build_tool(ToolCard(name="count", kind="mcp", description="count", backend=backend))
     conn = tool.connection
-    assert hasty.connection is conn
     try:
         assert hasty.call_sync({}).error_kind == "timeout"
+        n1, pid1 = tool.call_sync({}).content.split()
+        n2, pid2 = tool.call_sync({}).content.split()
+        assert (n1, n2, pid2) == ("1", "2", pid1) and conn.starts == 1
+    finally:
+        conn.close()
+
+
+def test_a_reset_ends_only_the_session_it_was_asked_for(monkeypatch):
+    # A reset while the server is starting ends that session, and only it: a session started after it,
+    # which later calls are using, must not be cancelled when the reset's grace period runs out (it was, and
+    # a rollout's next call found "Connection closed"). The grace period is set longer than a server takes
+    # to start, so the starting one comes up before it runs out.
+    monkeypatch.setattr("orchlib.tools.mcp.RESET_WAIT_S", 4.0)
+    backend = {**STDIO, "env": {"ORCHLIB_TEST": "reset"}}
+    hasty = build_tool(ToolCard(name="count", kind="mcp", description="count",
+                                backend={**backend, "timeout_s": 0.05}))
+    tool = build_tool(ToolCard(name="count", kind="mcp", description="count", backend=backend))
+    conn = tool.connection
+    try:
+        assert hasty.call_sync({}).error_kind == "timeout"  # the server is starting
+        conn.reset()
         reset_at = time.monotonic()
-        deadline = time.monotonic() + 30  # until the session that was starting is up or already gone
+        deadline = reset_at + 30  # until the session that was starting is up or already gone
         while conn._client is None and not conn._serving.done() and time.monotonic() < deadline:
             time.sleep(0.02)
         n1, pid1 = tool.call_sync({}).content.split()
         time.sleep(max(0.0, reset_at + 4.5 - time.monotonic()))  # past the reset's grace period
         n2, pid2 = tool.call_sync({}).content.split()
-        assert (int(n2), pid2) == (int(n1) + 1, pid1)  # the same session went on counting
-        assert n1 == "1" and conn.starts == 2  # the starting one was ended; one more was started
+        assert (n1, n2, pid2) == ("1", "2", pid1)  # the same session went on counting
+        assert conn.starts == 2  # the starting one was ended; one more was started
     finally:
         conn.close()
 

@@ -106,15 +106,13 @@ class MCPTool(Tool):
         timeout = self.settings.timeout_s
         connection = self.connection
         try:
+            # A call given up on (this timeout, or the toolbox's) is cancelled on the connection's loop too,
+            # where a request already sent ends its session (MCPConnection.call)
             result = await asyncio.wait_for(connection.call(self.remote_name, arguments), timeout)
         except asyncio.TimeoutError:
-            connection.reset()  # a server that does not answer may still be sending: end its session
             if timeout is None:
                 raise
             raise ToolError(f"{self.name} did not answer within {timeout:g} s (backend.timeout_s)", "timeout") from None
-        except asyncio.CancelledError:  # the toolbox's own timeout
-            connection.reset()
-            raise
         try:
             text = result_text(result)
         except ToolError as e:
@@ -168,6 +166,7 @@ class MCPConnection:
         self._client: Any = None
         self._serving: asyncio.Task | None = None
         self._stop: asyncio.Event | None = None
+        self._ready: asyncio.Future | None = None  # the newest session's: set once it is up (or failed)
         self._start_lock: asyncio.Lock | None = None
         self._closed = False
         self.starts = 0  # how many times the server was started (a restart after it died counts)
@@ -177,23 +176,38 @@ class MCPConnection:
 
     # ---- from any loop or thread
     async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """A tool's `CallToolResult` as a wire dict (`content`, `isError`, `structuredContent`)."""
-        return await asyncio.wrap_future(self._submit(self._call(name, arguments)))
+        """A tool's `CallToolResult` as a wire dict (`content`, `isError`, `structuredContent`). When it is
+        cancelled (a timeout), a request that already went out ends its session (`_give_up`)."""
+        sent: list[Any] = []
+        future = self._submit(self._call(name, arguments, sent))
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._give_up(future, sent)
+            raise
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool of the server (all pages), as wire dicts (`name`, `description`, `inputSchema`)."""
-        return await asyncio.wrap_future(self._submit(self._list()))
+        sent: list[Any] = []
+        future = self._submit(self._list(sent))
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._give_up(future, sent)
+            raise
 
     def list_tools_sync(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
+        sent: list[Any] = []
+        future = self._submit(self._list(sent))
         try:
-            return self._submit(self._list()).result(timeout_s)
+            return future.result(timeout_s)
         except concurrent.futures.TimeoutError:
-            self.reset()
+            self._give_up(future, sent)
             raise ToolError(f"MCP server {self.label}: tools/list did not answer within {timeout_s:g} s") from None
 
     def reset(self) -> None:
-        """End the current session (the server is stopped and its reader with it); the next call starts
-        a fresh one."""
+        """End the current session, or the one starting (the server is stopped and its reader with it); the
+        next call starts a fresh one."""
         if not self._closed:
             asyncio.run_coroutine_threadsafe(self._reset(), self._loop)
 
@@ -210,6 +224,14 @@ class MCPConnection:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout_s)
 
+    def _give_up(self, future: concurrent.futures.Future, sent: list[Any]) -> None:
+        """A request its caller gave up on: cancelled and, if it went out (`sent` holds the session's client),
+        its session ended, for the server may still answer it into the next call's read. Queued on the loop
+        in the caller's order, so it runs before any call the caller makes next; a request given up on
+        before it went out (its server still starting) leaves the session be."""
+        future.cancel()
+        self._loop.call_soon_threadsafe(lambda: sent and self._drop(sent[0]))
+
     def _submit(self, coro: Any, closing: bool = False) -> concurrent.futures.Future:
         if self._closed and not closing:
             coro.close()
@@ -217,8 +239,9 @@ class MCPConnection:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     # ---- on the connection's own loop
-    async def _call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, name: str, arguments: dict[str, Any], sent: list[Any]) -> dict[str, Any]:
         client = await self._ensure()
+        sent.append(client)
         try:
             result = await client.call_tool(name, arguments)
         except Exception as e:
@@ -226,8 +249,9 @@ class MCPConnection:
             raise ToolError(f"{name} on MCP server {self.label}: {_describe(e)}") from None
         return result.model_dump(by_alias=True, exclude_none=True, mode="json")
 
-    async def _list(self) -> list[dict[str, Any]]:
+    async def _list(self, sent: list[Any]) -> list[dict[str, Any]]:
         client = await self._ensure()
+        sent.append(client)
         tools: list[dict[str, Any]] = []
         cursor, seen = None, set()
         where = f"MCP server {self.label}: tools/list"
@@ -260,13 +284,16 @@ class MCPConnection:
                     and self._stop is not None and not self._stop.is_set())
             if self._client is not None and live:
                 return self._client
-            if self._stop is not None:
-                self._stop.set()  # a session being dropped, or one still starting that a reset ended: let it end
-            self._client = None
-            ready: asyncio.Future = self._loop.create_future()
-            self._stop = asyncio.Event()
-            self._serving = asyncio.create_task(self._serve(ready, self._stop))
-            self.starts += 1
+            if live and self._ready is not None and not self._ready.done():
+                ready = self._ready  # still starting (the call that started it gave up): wait for it
+            else:
+                if self._stop is not None:
+                    self._stop.set()  # a session being dropped, or a starting one a reset ended: let it end
+                self._client = None
+                ready = self._ready = self._loop.create_future()
+                self._stop = asyncio.Event()
+                self._serving = asyncio.create_task(self._serve(ready, self._stop))
+                self.starts += 1
             try:
                 return await asyncio.wait_for(asyncio.shield(ready), self.settings.connect_timeout_s)
             except asyncio.TimeoutError:
@@ -334,9 +361,9 @@ class MCPConnection:
                                                                         env=env or None, cwd=self.cwd)))
 
     async def _reset(self) -> None:
-        # End the session current when the reset was asked for, even one still starting (a call that timed
-        # out during the start): only its own stop is set and only it is cancelled, never a later session
-        # that calls made after the reset may already be using.
+        # End the session current when the reset was asked for, even one still starting: only its own stop
+        # is set and only it is cancelled, never a later session that calls made after the reset may
+        # already be using.
         serving, stop = self._serving, self._stop
         if self._client is not None:
             self._drop(self._client)
