@@ -295,7 +295,8 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
 
 def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_path, policy_cache, monkeypatch):
     """examples/smollm2_cards.yaml differs from `make real`'s recipe in the evidence-order lines, the kind
-    named after the question, the evidence drills (some of them in the warm start) and its folder alone; run
+    named after the question, the names quoted in the lines, the evidence drills (some of them in the warm
+    start) and its folder alone; run
     whole with the tiny policy and small counts, both drills run before the warm start, warm_start.json
     records each one's curve and the warm start's golden trajectories and drills."""
     import json
@@ -307,7 +308,7 @@ def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_
     read = load_config(shipped_path("recipes/smollm2_read.yaml"), RunConfig).model_dump()
     cfg = load_config(Path(__file__).parents[1] / "examples" / "smollm2_cards.yaml", RunConfig)
     cards = cfg.model_dump()
-    for shown in ("evidence_order", "show_kind"):
+    for shown in ("evidence_order", "show_kind", "quote_names"):
         assert cards["grpo"]["rollout"].pop(shown) is True and read["grpo"]["rollout"].pop(shown) is False
     assert {k for k in cards if cards[k] != read[k]} == {"evidence_drills", "out"}
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
