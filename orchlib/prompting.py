@@ -114,7 +114,7 @@ def name_list(names: Iterable[str], quoted: bool = False) -> str:
     " atlas" as one token, where a call's `"atlas"` is "at" + "las"), and a policy that copies the name from
     a plain line then starts a piece no call of that name uses; in quotes the line and the call share their
     pieces."""
-    return ", ".join(json.dumps(n) if quoted else n for n in names)
+    return ", ".join(json.dumps(n, ensure_ascii=False) if quoted else n for n in names)  # as render_call writes it
 
 
 def price_order_line(tools: list[dict], quoted: bool = False) -> str:
