@@ -296,9 +296,9 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
 def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_path, policy_cache, monkeypatch):
     """examples/smollm2_cards.yaml differs from `make real`'s recipe in the evidence-order lines, the kind
     named after the question, the names quoted in the lines, the evidence drills (some of them in the warm
-    start) and its folder alone; run
-    whole with the tiny policy and small counts, both drills run before the warm start, warm_start.json
-    records each one's curve and the warm start's golden trajectories and drills."""
+    start) and its folder alone; run whole with the tiny policy and small counts, both drills run before the
+    warm start, warm_start.json records each one's curve and the warm start's golden trajectories and
+    drills."""
     import json
 
     from orchlib.configfile import load_config
