@@ -178,23 +178,11 @@ class MCPConnection:
     async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A tool's `CallToolResult` as a wire dict (`content`, `isError`, `structuredContent`). When it is
         cancelled (a timeout), a request that already went out ends its session (`_give_up`)."""
-        sent: list[Any] = []
-        future = self._submit(self._call(name, arguments, sent))
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            self._give_up(future, sent)
-            raise
+        return await self._request(lambda sent: self._call(name, arguments, sent))
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool of the server (all pages), as wire dicts (`name`, `description`, `inputSchema`)."""
-        sent: list[Any] = []
-        future = self._submit(self._list(sent))
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            self._give_up(future, sent)
-            raise
+        return await self._request(self._list)
 
     def list_tools_sync(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
         sent: list[Any] = []
@@ -223,6 +211,17 @@ class MCPConnection:
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout_s)
+
+    async def _request(self, make: Any) -> Any:
+        """`make(sent)`'s coroutine run on the connection's loop, awaited from the caller's; cancelled, it is
+        given up on (`_give_up`)."""
+        sent: list[Any] = []
+        future = self._submit(make(sent))
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._give_up(future, sent)
+            raise
 
     def _give_up(self, future: concurrent.futures.Future, sent: list[Any]) -> None:
         """A request its caller gave up on: cancelled and, if it went out (`sent` holds the session's client),

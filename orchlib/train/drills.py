@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field
 
 from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
-from orchlib.prompting import PRICE_ORDER_OPENING, name_list
+from orchlib.prompting import price_order_line
 from orchlib.settings import Settings
 from orchlib.tasks import PROFILES
 from orchlib.train.sft import SFTConfig, SFTExample
@@ -91,8 +91,9 @@ def order_drill_prompt(drill: OrderDrill, tokenizer, at: Literal["system", "user
     system turn and a bare request in the user turn, or (`at="user"`, as `RolloutConfig(price_order_at=
     "user")` renders a task) the request, then P's line and the order line, all in the user turn; `quoted`:
     the names in quotes, as `RolloutConfig(quote_names=True)` writes them (`orchlib.prompting.name_list`)."""
-    lines = (PROFILES[drill.profile].render(weights=True) + "\n" + PRICE_ORDER_OPENING
-             + name_list(drill.names, quoted) + ".")
+    # the rollout's own line, the drill's names ranked as if priced in their order
+    ranked = [{"name": name, "call_price": rank} for rank, name in enumerate(drill.names)]
+    lines = PROFILES[drill.profile].render(weights=True) + "\n" + price_order_line(ranked, quoted)
     if at == "user":
         msgs = [{"role": "user", "content": "Call one tool.\n\n" + lines}]
     elif at == "system":
