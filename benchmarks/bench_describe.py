@@ -71,7 +71,7 @@ from pathlib import Path
 from orchlib.env import Environment
 from orchlib.baselines import routes
 from orchlib.describe import DescribeError, describe
-from orchlib.describe_stats import wilson
+from orchlib.describe_stats import newcombe, wilson
 from orchlib.envs import CATEGORIES, make_suite
 from orchlib.evaluate import format_table, preference_adherence
 from orchlib.experiments.variants import VariantConfig
@@ -319,12 +319,11 @@ def share_ci(hits: int, n: int) -> str:
 
 
 def diff_ci(a: list[bool], b: list[bool]) -> str:
-    """Difference of two shares (b − a) with a 95% normal-approximation interval."""
+    """Difference of two shares (b − a) with Newcombe's 95% interval (stays within [-1, 1])."""
     if not a or not b:
         return "-"
-    pa, pb = sum(a) / len(a), sum(b) / len(b)
-    half = 1.96 * math.sqrt(pa * (1 - pa) / len(a) + pb * (1 - pb) / len(b))
-    return f"{pb - pa:+.2f} ({pb - pa - half:+.2f}, {pb - pa + half:+.2f})"
+    lo, hi = newcombe(sum(b), len(b), sum(a), len(a))
+    return f"{sum(b) / len(b) - sum(a) / len(a):+.2f} ({lo:+.2f}, {hi:+.2f})"
 
 
 def _calls(rows: list[dict], tool: str, **where) -> list[bool]:

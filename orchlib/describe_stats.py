@@ -7,7 +7,10 @@ examples. `template_text` writes the deterministic offline description from thos
 
 The Wilson interval (Wilson 1927; Brown, Cai & DasGupta 2001, "Interval Estimation for a Binomial
 Proportion") is used rather than p ± 1.96·se because a tool that is right on 12 of 12 tasks would
-otherwise get the interval [1, 1]; Wilson's stays inside [0, 1] and is honest at small n.
+otherwise get the interval [1, 1]; Wilson's stays inside [0, 1] and is honest at small n. A difference of
+two shares gets Newcombe's hybrid score interval (Newcombe 1998, "Interval estimation for the difference
+between independent proportions", method 10), built from the two Wilson intervals: it stays inside
+[-1, 1] where p_a − p_b ± 1.96·se would run past 1 when one share is 40 of 40.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Z95", "Trial", "CategoryStats", "ToolStats", "wilson", "summarise", "template_text", "stats_table",
-           "describer_prompt", "block", "percent", "sig", "usd"]
+__all__ = ["Z95", "Trial", "CategoryStats", "ToolStats", "wilson", "newcombe", "summarise", "template_text",
+           "stats_table", "describer_prompt", "block", "percent", "sig", "usd"]
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 EXAMPLE_CHARS = 100  # examples are reminders for a reader, not transcripts
@@ -79,6 +82,16 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe(hits_a: int, n_a: int, hits_b: int, n_b: int, z: float = Z95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of p_a − p_b, two independent binomial shares."""
+    if n_a == 0 or n_b == 0:
+        raise ValueError(f"both shares need at least one trial, got n_a={n_a}, n_b={n_b}")
+    pa, pb = hits_a / n_a, hits_b / n_b
+    (la, ua), (lb, ub) = wilson(hits_a, n_a, z), wilson(hits_b, n_b, z)
+    d = pa - pb
+    return d - math.hypot(pa - la, ub - pb), d + math.hypot(ua - pa, pb - lb)
 
 
 def _short(text: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 from orchlib.cards import ToolCard, load_card
 from orchlib.cli import main
 from orchlib.describe import DescribeError, DescriberError, describe, describe_file
-from orchlib.describe_stats import Trial, summarise, template_text, wilson
+from orchlib.describe_stats import Trial, newcombe, summarise, template_text, wilson
 from orchlib.envs import make_suite
 from orchlib.tasks import Task, save_tasks
 
@@ -55,6 +55,18 @@ def _keys(text: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- numbers
+def test_newcombe_matches_the_papers_table():
+    # Newcombe (1998), Stat. Med. 17:873-890, Table II, method 10, examples (a), (b), (d)-(g).
+    for (sa, na, sb, nb), ref in [((56, 70, 48, 80), (0.0524, 0.3339)), ((9, 10, 3, 10), (0.1705, 0.8090)),
+                                  ((5, 56, 0, 29), (-0.0381, 0.1926)), ((0, 10, 0, 20), (-0.1611, 0.2775)),
+                                  ((10, 10, 0, 20), (0.6791, 1.0)), ((10, 10, 0, 10), (0.6075, 1.0))]:
+        assert newcombe(sa, na, sb, nb) == pytest.approx(ref, abs=1e-4)
+    lo, hi = newcombe(40, 40, 2, 40)  # a Wald interval would end past 1 here
+    assert 0 < lo < 0.95 and hi <= 1.0
+    with pytest.raises(ValueError, match="n_b=0"):
+        newcombe(1, 2, 0, 0)
+
+
 def test_wilson_matches_reference_values():
     # Reference values: Brown, Cai & DasGupta (2001) / any statistics table for the Wilson interval.
     assert wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)

@@ -175,6 +175,10 @@ def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
     lines = RolloutConfig(tool_schema="compact", evidence_order=True, price_order=True)
     assert bench_describe.reader_rollout(lines) == lines
     assert bench_describe.reader_rollout(RolloutConfig(tool_schema="compact")).tool_schema == "brief"
+    # a difference of shares keeps its interval inside [-1, 1]: 40 of 40 against 2 of 40 (Newcombe, by hand
+    # from the two Wilson intervals: 0.95 - hypot(1 - 0.9124, 0.1650 - 0.05), 0.95 + hypot(0, 0.05 - 0.0138))
+    assert bench_describe.diff_ci([True] * 2 + [False] * 38, [True] * 40) == "+0.95 (+0.81, +0.99)"
+    assert bench_describe.diff_ci([], [True]) == "-"
 
 
 def test_balanced_drills_ask_every_kind_equally_often():
