@@ -9,7 +9,7 @@ import pytest
 
 from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
-from orchlib.describe_stats import Trial, summarise
+from orchlib.describe_stats import Trial, newcombe, summarise
 from orchlib.rollout import RolloutConfig
 from orchlib.tasks import Task
 from orchlib.train.evidence import (OTHER_CATEGORIES, EvidenceDrill, evidence_drill_accuracy, evidence_drill_examples,
@@ -179,6 +179,36 @@ def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
     # from the two Wilson intervals: 0.95 - hypot(1 - 0.9124, 0.1650 - 0.05), 0.95 + hypot(0, 0.05 - 0.0138))
     assert bench_describe.diff_ci([True] * 2 + [False] * 38, [True] * 40) == "+0.95 (+0.81, +0.99)"
     assert bench_describe.diff_ci([], [True]) == "-"
+
+
+def test_bench_describe_keeps_the_choice_apart_from_the_writing():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_describe
+    finally:
+        sys.path.pop(0)
+
+    def row(arm, category, call, well_formed, profile="accuracy"):
+        return {"arm": arm, "category": category, "profile": profile, "call": call, "listed_first": "lyra",
+                "outcome": float(call == bench_describe.RIGHT[category]), "cost": 0.001, "well_formed": well_formed}
+
+    # bare: two calls malformed ("vga", none), one right, one wrong; described: four right of four
+    rows = [row("bare", "gsm8k", "atlas", True), row("bare", "gsm8k", "lyra", True),
+            row("bare", "gsm8k", "vga", False), row("bare", "gsm8k", None, False)]
+    rows += [row("described", "gsm8k", "atlas", True)] * 4
+    rows += [row(arm, "arithmetic", "vega", True) for arm in ("bare", "described")]
+    lines = bench_describe.unseen_tables(rows).splitlines()
+    bare = next(line for line in lines if line.startswith("bare") and "gsm8k" in line).split()
+    # episodes, right tool, first listed, well-formed, right of well-formed
+    assert bare[2:9] == ["4", "0.25", "(0.05–0.70)", "0.25", "0.50", "1/2", "0.25"]
+    described = next(line for line in lines if line.startswith("described") and "gsm8k" in line).split()
+    assert described[2:9] == ["4", "1.00", "(0.51–1.00)", "0.00", "1.00", "4/4", "1.00"]
+    delta = next(line for line in lines if line.startswith("described − bare") and "gsm8k" in line)
+    lo, hi = newcombe(4, 4, 1, 4)
+    assert delta.split()[-3:] == ["+0.75", f"({lo:+.2f},", f"{hi:+.2f})"]
 
 
 def test_balanced_drills_ask_every_kind_equally_often():
