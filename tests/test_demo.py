@@ -7,6 +7,7 @@ import json
 from collections import Counter
 
 import pytest
+from conftest import load_benchmark
 
 from orchlib.configfile import merged
 from orchlib.demo import DEMO_TOOL_NAMES, DemoConfig, demo_suite, run_demo
@@ -314,7 +315,7 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
     from orchlib.commands.demo import config_from
     from orchlib.demo import DemoConfig
 
-    bench_demo = _bench_demo()
+    bench_demo = load_benchmark("bench_demo")
     seen = []
 
     def caught(cmd, **kw):
@@ -340,22 +341,10 @@ def test_bench_demo_settings_reach_the_demo_for_every_seed(tmp_path, monkeypatch
             bench_demo.parse_settings([bad])
 
 
-def _bench_demo():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_demo
-    finally:
-        sys.path.pop(0)
-    return bench_demo
-
-
 def test_bench_demo_tables_read_the_demos_metrics(demo):
     """bench_demo's per-profile table holds metrics.json's backend shares, accuracy, $ and s per task
     before and after RL, and its row the cosine's gap after the warm start and after RL."""
-    bench_demo = _bench_demo()
+    bench_demo = load_benchmark("bench_demo")
     m = json.loads((demo.out / "metrics.json").read_text())
     r = bench_demo.row(m)
     assert r["1-cos warm"] == 1 - m["format"]["profile_cosine"] and r["1-cos RL"] == 1 - m["profile_cosine"]
@@ -379,7 +368,7 @@ def test_bench_demo_tables_read_the_demos_metrics(demo):
 
 def test_bench_demo_cosine_bar_needs_every_seed_at_1e_2():
     """The mechanism's bar: 1 - cos after the warm start >= 1e-2 on every seed (rows written by hand)."""
-    bench_demo = _bench_demo()
+    bench_demo = load_benchmark("bench_demo")
     base = {"well-formed %": 100.0, "copied %": 100.0, "ctrl gsm8k": 50.0, "thrifty margin": 0.1,
             "accuracy margin": 0.1, "reward first10": 0.1, "reward last10": 0.2, "total s": 100.0}
     for gaps, ok in (((0.5, 1e-2), True), ((0.5, 5.5e-3), False), ((2e-5, 8e-6), False)):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import load_benchmark
 
 from orchlib.chat import IM_END, render_assistant
 from orchlib.configurations import generated_names
@@ -155,21 +156,8 @@ def test_a_run_drills_evidence_before_its_warm_start_and_records_it(tmp_path):
     assert RunConfig.model_validate(spec).grpo.rollout.evidence_order
 
 
-def _bench_describe():
-    """benchmarks/bench_describe.py as a module (the benchmarks folder is not a package)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    try:
-        import bench_describe
-    finally:
-        sys.path.pop(0)
-    return bench_describe
-
-
 def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
-    bench_describe = _bench_describe()
+    bench_describe = load_benchmark("bench_describe")
     warm = {"wall_s": {"load": 1.0, "order_drills": 61.4, "evidence_drills": 903.0, "warm_start": 40.0},
             "order_drills": {"steps": 30.0, "accuracy": 1.0, "checks": [[10.0, 0.5], [20.0, 0.96], [30.0, 1.0]]},
             "evidence_drills": {"steps": 50.0, "accuracy": 0.453, "checks": [[25.0, 0.391], [50.0, 0.453]]}}
@@ -188,7 +176,7 @@ def test_bench_describe_prints_each_drills_curve_from_the_runs_record():
 
 
 def test_bench_describe_keeps_the_choice_apart_from_the_writing():
-    bench_describe = _bench_describe()
+    bench_describe = load_benchmark("bench_describe")
 
     def row(arm, category, call, well_formed, profile="accuracy"):
         return {"arm": arm, "category": category, "profile": profile, "call": call, "listed_first": "lyra",

@@ -3,16 +3,10 @@ errors and answers quickly. The benchmark runs 10,000 cases per reader; this run
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
-from conftest import REPO
+from conftest import load_benchmark
 
-spec = importlib.util.spec_from_file_location("bench_fuzz", REPO / "benchmarks" / "bench_fuzz.py")
-bench_fuzz = importlib.util.module_from_spec(spec)
-sys.modules["bench_fuzz"] = bench_fuzz  # its dataclasses look their module up there
-spec.loader.exec_module(bench_fuzz)
+bench_fuzz = load_benchmark("bench_fuzz")
 
 
 @pytest.mark.parametrize("reader, cases", [("chat-bytes", 300), ("chat-json", 300), ("cards", 200),
