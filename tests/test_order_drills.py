@@ -129,6 +129,33 @@ def test_the_drills_record_every_check_of_the_gate_and_the_last_measure(tiny_pol
     assert (got["steps"], got["accuracy"]) == (8.0, 0.99)
 
 
+def test_the_gate_is_first_measured_at_first_check_and_the_margin_is_exact(tiny_policy):
+    """first_check 3, every 2: measures at 3, 5, 7 (the gate); a margin of 3 is 3 steps (not a multiple of
+    check_every), unmeasured, then the last measure at 10. With no margin the gate's measure is the last:
+    the held-out drills are not decoded twice at one step."""
+    import copy
+
+    from orchlib.train.drills import OrderDrillConfig, drill_to_gate
+    from orchlib.train.sft import SFTConfig
+
+    model, tok = tiny_policy
+    examples = order_drill_examples(order_drills(3, 8), tok)
+    readings = iter([0.2, 0.5, 0.97, 0.99])
+    cfg = OrderDrillConfig(n=8, held_out=1, gate=0.95, first_check=3, check_every=2, margin_steps=3,
+                           sft=SFTConfig(max_steps=20, batch_size=4))
+    got = drill_to_gate(copy.deepcopy(model), tok, examples, cfg, lambda: next(readings), "drills", False, 0.0)
+    assert got["checks"] == [[3.0, 0.2], [5.0, 0.5], [7.0, 0.97], [10.0, 0.99]]
+    assert (got["steps"], got["accuracy"]) == (10.0, 0.99)
+
+    calls = []
+    readings = iter([0.5, 0.96])
+    cfg = cfg.model_copy(update={"margin_steps": 0})
+    got = drill_to_gate(copy.deepcopy(model), tok, examples, cfg, lambda: calls.append(1) or next(readings),
+                        "drills", False, 0.0)
+    assert got["checks"] == [[3.0, 0.5], [5.0, 0.96]] and len(calls) == 2
+    assert (got["steps"], got["accuracy"]) == (5.0, 0.96)
+
+
 def test_a_run_drills_before_its_warm_start_and_records_it(tmp_path):
     import json
 

@@ -46,6 +46,8 @@ class OrderDrillConfig(Settings):
                                                       "the drills; the tiny policy reached it after 1,200-1,850 steps")
     margin_steps: int = Field(50, ge=0, description="steps more after the gate: copying appears abruptly")
     check_every: int = Field(50, ge=1, description="steps between two measures of the gate")
+    first_check: int | None = Field(None, ge=1, description="step of the first measure (none: `check_every`): "
+                                    "a measure before the drills can pass costs as much as several steps")
     seed: int = Field(0, description="seeds the drills' draw and the SFT")
     sft: SFTConfig = Field(
         default_factory=lambda: SFTConfig(max_steps=2000, batch_size=16, learning_rate=1e-3, schedule="constant",
@@ -188,23 +190,31 @@ def drill_order(model, tokenizer, config: OrderDrillConfig, exclude: Collection[
 def drill_to_gate(model, tokenizer, examples: Sequence[SFTExample], config, measure: Callable[[], float], desc: str,
                   progress: bool, t0: float) -> dict[str, Any]:
     """SFT on a drill's `examples` (`config.sft`, seeded by `config.seed`) until `measure()` reaches
-    `config.gate`, then `config.margin_steps` more, measured every `config.check_every` steps. Returns
-    {"steps", "accuracy" (`measure()` at the end), "checks" ([step, measure()] of every measure, the last
-    at the end: the drills' learning curve), "seconds" (since `t0`)}."""
+    `config.gate`, then exactly `config.margin_steps` more, measured at step `config.first_check` (none:
+    `config.check_every`) and every `config.check_every` steps after it. Returns {"steps", "accuracy"
+    (`measure()` at the end), "checks" ([step, measure()] of every measure, the last at the end: the drills'
+    learning curve), "seconds" (since `t0`)}. A measure greedy-decodes every held-out drill, as dear as
+    several steps on a real model, so none is taken after the gate but the one at the end, and that one
+    only if a step ran after the last."""
     import time
 
     from orchlib.train.sft import sft_train
 
     checks: list[list[float]] = []
+    first = getattr(config, "first_check", None) or config.check_every
+    state = {"step": 0, "met_at": None}
 
-    def measured() -> float:  # called every check_every steps until the gate is met
-        checks.append([float((len(checks) + 1) * config.check_every), measure()])
-        return checks[-1][1]
+    def until() -> bool:  # called after every step
+        state["step"] = step = state["step"] + 1
+        if state["met_at"] is None and step >= first and (step - first) % config.check_every == 0:
+            checks.append([float(step), measure()])
+            if checks[-1][1] >= config.gate:
+                state["met_at"] = step
+        return state["met_at"] is not None and step - state["met_at"] >= config.margin_steps
 
     report = sft_train(model, tokenizer, examples, config.sft.model_copy(update={"seed": config.seed}),
-                       progress=progress, until=gate_with_margin(measured, config.gate, config.margin_steps,
-                                                                  config.check_every),
-                       check_every=config.check_every, desc=desc)  # ends in eval mode
-    checks.append([float(len(report.losses)), measure()])
-    return {"steps": float(len(report.losses)), "accuracy": checks[-1][1], "checks": checks,
-            "seconds": time.perf_counter() - t0}
+                       progress=progress, until=until, check_every=1, desc=desc)  # ends in eval mode
+    steps = float(len(report.losses))
+    if not checks or checks[-1][0] != steps:
+        checks.append([steps, measure()])
+    return {"steps": steps, "accuracy": checks[-1][1], "checks": checks, "seconds": time.perf_counter() - t0}
