@@ -30,6 +30,8 @@ score 0. A longer comparison: `--sft-epochs 60 --steps 60 --n-train 100 --n-test
 A real model choosing tools it never saw (ToolOrchestra §6.3):
 
     .venv/bin/python benchmarks/bench_describe.py --policy smollm2 --seeds 0 1      # ~21 min on 2 cores (AMX)
+    .venv/bin/python benchmarks/bench_describe.py --policy smollm2 --config examples/smollm2_cards.yaml --seeds 0
+                                                       # 23-26 min a seed, alone on 2 cores (AVX2)
     .venv/bin/python benchmarks/bench_describe.py --policy RUN/checkpoint ...       # one checkpoint per seed
 
 With a model name, each seed runs the real-model recipe (examples/smollm2_choice.yaml) with the seen

@@ -296,9 +296,9 @@ def test_the_read_recipe_drills_then_trains_and_evaluates_on_held_out_configurat
 def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_path, policy_cache, monkeypatch):
     """examples/smollm2_cards.yaml differs from `make real`'s recipe in the evidence-order lines, the kind
     named after the question, the names quoted in the lines, the evidence drills (some of them in the warm
-    start) and its folder alone; run whole with the tiny policy and small counts, both drills run before the
-    warm start, warm_start.json records each one's curve and the warm start's golden trajectories and
-    drills."""
+    start), when the order drills measure their gate, and its folder alone; run whole with the tiny policy
+    and small counts, both drills run before the warm start, warm_start.json records each one's curve and
+    the warm start's golden trajectories and drills."""
     import json
 
     from orchlib.configfile import load_config
@@ -310,6 +310,9 @@ def test_the_cards_recipe_is_the_read_recipe_with_evidence_lines_and_drills(tmp_
     cards = cfg.model_dump()
     for shown in ("evidence_order", "show_kind", "quote_names"):
         assert cards["grpo"]["rollout"].pop(shown) is True and read["grpo"]["rollout"].pop(shown) is False
+    # the order drills differ only in when their gate is measured and in stopping at it, not after a margin
+    for when in ("first_check", "margin_steps"):
+        assert cards["order_drills"].pop(when) != read["order_drills"].pop(when)
     assert {k for k in cards if cards[k] != read[k]} == {"evidence_drills", "out"}
     monkeypatch.setenv("ORCHLIB_CACHE", str(policy_cache))
     small = _shrunk(cfg, tmp_path, tasks_per_step=1, baselines=("cheapest",), cosine_tasks=2).model_copy(update={
