@@ -201,7 +201,7 @@ def drill_to_gate(model, tokenizer, examples: Sequence[SFTExample], config, meas
     from orchlib.train.sft import sft_train
 
     checks: list[list[float]] = []
-    first = getattr(config, "first_check", None) or config.check_every
+    first = config.first_check or config.check_every
     state = {"step": 0, "met_at": None}
 
     def until() -> bool:  # called after every step
