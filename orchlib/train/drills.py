@@ -13,6 +13,8 @@ task's question, so no drill shows which backend a category's P calls for.
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Literal, Sequence
@@ -202,16 +204,16 @@ def drill_to_gate(model, tokenizer, examples: Sequence[SFTExample], config, meas
 
     checks: list[list[float]] = []
     first = config.first_check or config.check_every
-    state = {"step": 0, "met_at": None}
+    steps_run = itertools.count(1)
 
-    def until() -> bool:  # called after every step
-        state["step"] = step = state["step"] + 1
-        if state["met_at"] is None and step >= first and (step - first) % config.check_every == 0:
-            checks.append([float(step), measure()])
-            if checks[-1][1] >= config.gate:
-                state["met_at"] = step
-        return state["met_at"] is not None and step - state["met_at"] >= config.margin_steps
+    def measured() -> float:  # asked after every step until the gate is met; measures on the check steps only
+        step = next(steps_run)
+        if step < first or (step - first) % config.check_every:
+            return -math.inf
+        checks.append([float(step), measure()])
+        return checks[-1][1]
 
+    until = gate_with_margin(measured, config.gate, config.margin_steps, every=1)  # exact margin, in steps
     report = sft_train(model, tokenizer, examples, config.sft.model_copy(update={"seed": config.seed}),
                        progress=progress, until=until, check_every=1, desc=desc)  # ends in eval mode
     steps = float(len(report.losses))
