@@ -76,6 +76,43 @@ def test_until_ends_training_at_the_first_check_that_says_so(tiny_policy):
     assert calls == [False, False]  # checked in eval mode
 
 
+def _applied_lrs(model, tok, config: SFTConfig, **kw) -> tuple[list[float], object]:
+    """The lr of every optimiser step `sft_train` takes, read as each step runs (a global step hook)."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    lrs: list[float] = []
+    hook = register_optimizer_step_pre_hook(
+        lambda opt, args, kwargs: lrs.append(opt.param_groups[0]["lr"]))
+    try:
+        report = sft_train(model, tok, _examples(), config, progress=False, **kw)
+    finally:
+        hook.remove()
+    return lrs, report
+
+
+def test_the_cooldown_takes_the_lr_to_zero_after_until_stops(tiny_policy):
+    """With `cooldown_steps`, `until` saying stop at step 6 starts a linear fall of the lr over 4 more steps
+    (no further check); at the budget's end the same fall closes the run."""
+    model, tok = tiny_policy
+    model = type(model)(model.config)
+    model.load_state_dict(tiny_policy[0].state_dict())
+    calls = []
+
+    def until() -> bool:
+        calls.append(len(calls))
+        return len(calls) == 2
+
+    config = SFTConfig(max_steps=50, batch_size=2, schedule="constant", learning_rate=1e-3, warmup_fraction=0.02,
+                       cooldown_steps=4)
+    lrs, report = _applied_lrs(model, tok, config, until=until, check_every=3)
+    assert report.stopped_early and len(report.losses) == 10 and calls == [0, 1]
+    assert lrs == pytest.approx([1e-3] * 7 + [7.5e-4, 5e-4, 2.5e-4])
+    lrs, report = _applied_lrs(model, tok, config.model_copy(update={"max_steps": 8}))
+    assert lrs == pytest.approx([1e-3] * 5 + [7.5e-4, 5e-4, 2.5e-4]) and not report.stopped_early
+    with pytest.raises(ValueError, match="cooldown_steps=4 needs schedule='constant'"):
+        SFTConfig(cooldown_steps=4)
+
+
 def test_the_loss_is_cross_entropy_on_the_masked_ids_only(tiny_policy):
     """The first reported loss (before any update) against an independent computation."""
     model, tok = tiny_policy

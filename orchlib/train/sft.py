@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol, Sequence
 
 import torch
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from orchlib.chat import render_assistant
 from orchlib.configurations import episode_views
@@ -39,7 +39,7 @@ from orchlib.train.shared_prompt import can_share, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
 __all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_trajectories", "sft_train",
-           "batch_tensors", "sft_loss"]
+           "batch_tensors", "sft_loss", "sft_lr_factor"]
 
 
 class SFTConfig(Settings):
@@ -54,6 +54,9 @@ class SFTConfig(Settings):
     learning_rate: float = Field(3e-3, gt=0, description="peak; high because the default policy is a randomly "
                                                          "initialised ~1 M model. Warm-up then cosine decay to 0")
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
+    cooldown_steps: int = Field(0, ge=0, description="with 'constant': the last this many steps the lr falls "
+                                "linearly to 0 (warmup-stable-decay); when `until` ends training, they follow its "
+                                "stop. At a constant lr the weights end where the last steps' noise put them")
     batch_size: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     shared_prompt: bool = Field(False, description="a head that several examples of a batch begin with (the system "
@@ -62,6 +65,13 @@ class SFTConfig(Settings):
     mixed_precision: Literal["auto", "amx", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 where the GPU has it, else fp32; amx: also bf16 on a CPU with AMX (as "
                            "GRPOConfig: one precision per process)")
+
+    @model_validator(mode="after")
+    def _cooldown_needs_constant(self) -> SFTConfig:
+        if self.cooldown_steps and self.schedule != "constant":
+            raise ValueError(f"cooldown_steps={self.cooldown_steps} needs schedule='constant' (the cosine "
+                             "schedule already falls to 0)")
+        return self
 
 
 @dataclass
@@ -168,16 +178,10 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
     per_epoch = (len(trajectories) + config.batch_size - 1) // config.batch_size
     steps = config.max_steps or config.epochs * per_epoch
     warm = max(1, int(config.warmup_fraction * steps))
-    # decaying to 0 matters: sampled at temperature 1, a policy that stops at a high lr still makes
-    # format slips on a fair share of turns
-    def lr_factor(s: int) -> float:
-        if s < warm:
-            return (s + 1) / warm
-        if config.schedule == "constant":
-            return 1.0
-        return 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    cool = min(config.cooldown_steps, steps)
+    end = [steps]  # where training ends, moved forward when `until` stops it (a list: the schedule reads it)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: sft_lr_factor(s, warm, steps, config.schedule, cool, end[0]))
     pmodel, opt, sched = acc.prepare(model, opt, sched)
     share = config.shared_prompt and can_share(model, acc.num_processes)
     rng = random.Random(config.seed)
@@ -197,16 +201,33 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
             done += 1
             bar.update(1)
             bar.set_postfix(loss=f"{report.losses[-1]:.3f}")
-            if until is not None and done % check_every == 0 and done < steps:
+            if until is not None and not report.stopped_early and done % check_every == 0 and done < steps:
                 pmodel.eval()
                 report.stopped_early = bool(until())
                 pmodel.train()
-                if report.stopped_early:
-                    steps = done
+                if report.stopped_early:  # the cooldown's steps (none without one) still to run
+                    steps = end[0] = min(done + cool, steps)
+                    bar.total = steps
     bar.close()
     pmodel.eval()
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def sft_lr_factor(step: int, warm: int, total: int, schedule: str, cooldown: int = 0, end: int | None = None) -> float:
+    """The lr of 0-based `step` as a share of the peak: a linear warm-up over `warm` steps, then constant or a
+    cosine to 0 at `total`; with a `cooldown` (constant only), linear from the lr it starts at down to 1/cooldown
+    of it at its last step, which is `end` - 1 (`total` - 1 unless `until` stopped training early). Decaying to
+    0 matters: sampled at temperature 1, a policy that stops at a high lr still makes format slips on a fair
+    share of turns."""
+    end = total if end is None else end
+    if cooldown and step >= end - cooldown:
+        return (end - step) / cooldown * min(1.0, (end - cooldown + 1) / warm)
+    if step < warm:
+        return (step + 1) / warm
+    if schedule == "constant":
+        return 1.0
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
 
 def _step(batch: Sequence[_Example], pmodel, acc, opt, sched, pad: int, max_grad_norm: float,
