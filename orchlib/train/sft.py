@@ -54,9 +54,10 @@ class SFTConfig(Settings):
     learning_rate: float = Field(3e-3, gt=0, description="peak; high because the default policy is a randomly "
                                                          "initialised ~1 M model. Warm-up then cosine decay to 0")
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="share of steps spent warming up")
-    cooldown_steps: int = Field(0, ge=0, description="with 'constant': the last this many steps the lr falls "
-                                "linearly to 0 (warmup-stable-decay); when `until` ends training, they follow its "
-                                "stop. At a constant lr the weights end where the last steps' noise put them")
+    cooldown_steps: int = Field(0, ge=0, description="with 'constant': over the last this many steps the lr falls "
+                                "linearly toward 0, to 1/cooldown_steps of it at the last (warmup-stable-decay); when "
+                                "`until` ends training, they follow its stop. At a constant lr the weights end where "
+                                "the last steps' noise put them")
     batch_size: int = Field(16, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     shared_prompt: bool = Field(False, description="a head that several examples of a batch begin with (the system "
