@@ -180,9 +180,8 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
     steps = config.max_steps or config.epochs * per_epoch
     warm = max(1, int(config.warmup_fraction * steps))
     cool = min(config.cooldown_steps, steps)
-    end = [steps]  # where training ends, moved forward when `until` stops it (a list: the schedule reads it)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: sft_lr_factor(s, warm, steps, config.schedule, cool, end[0]))
+    # reads `steps` when called: an `until` stop below moves the end, and with it the cooldown
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: sft_lr_factor(s, warm, steps, config.schedule, cool))
     pmodel, opt, sched = acc.prepare(model, opt, sched)
     share = config.shared_prompt and can_share(model, acc.num_processes)
     rng = random.Random(config.seed)
@@ -207,7 +206,7 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
                 report.stopped_early = bool(until())
                 pmodel.train()
                 if report.stopped_early:  # the cooldown's steps (none without one) still to run
-                    steps = end[0] = min(done + cool, steps)
+                    steps = min(done + cool, steps)
                     bar.total = steps
     bar.close()
     pmodel.eval()
@@ -215,15 +214,13 @@ def sft_train(model, tokenizer, trajectories: Sequence[Trajectory | SFTExample],
     return report
 
 
-def sft_lr_factor(step: int, warm: int, total: int, schedule: str, cooldown: int = 0, end: int | None = None) -> float:
-    """The lr of 0-based `step` as a share of the peak: a linear warm-up over `warm` steps, then constant or a
-    cosine to 0 at `total`; with a `cooldown` (constant only), linear from the lr it starts at down to 1/cooldown
-    of it at its last step, which is `end` - 1 (`total` - 1 unless `until` stopped training early). Decaying to
-    0 matters: sampled at temperature 1, a policy that stops at a high lr still makes format slips on a fair
-    share of turns."""
-    end = total if end is None else end
-    if cooldown and step >= end - cooldown:
-        return (end - step) / cooldown * min(1.0, (end - cooldown + 1) / warm)
+def sft_lr_factor(step: int, warm: int, total: int, schedule: str, cooldown: int = 0) -> float:
+    """The lr of 0-based `step` as a share of the peak, in a run of `total` steps: a linear warm-up over `warm`
+    steps, then constant or a cosine to 0 at `total`; with a `cooldown` (constant only), linear from the lr it
+    starts at down to 1/cooldown of it at the last step. Decaying to 0 matters: sampled at temperature 1, a
+    policy that stops at a high lr still makes format slips on a fair share of turns."""
+    if cooldown and step >= total - cooldown:
+        return (total - step) / cooldown * min(1.0, (total - cooldown + 1) / warm)
     if step < warm:
         return (step + 1) / warm
     if schedule == "constant":
