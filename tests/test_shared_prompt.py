@@ -129,3 +129,66 @@ def test_the_engine_prefills_a_repeated_prompt_once_and_samples_each_row_as_alon
     # sampled: one uniform per row, so the repeated rows draw apart
     sampled = engine.generate([p] * 8, SamplingParams(max_new_tokens=6, temperature=1.0, seed=0))
     assert len({tuple(g.ids) for g in sampled.outputs}) > 1
+
+
+def test_length_runs_is_the_cheapest_split_into_runs_of_similar_length():
+    import itertools
+    import random
+
+    from orchlib.train.shared_prompt import length_runs
+
+    def cost(lengths, runs, pass_cost):
+        return sum(len(r) * max(lengths[i] for i in r) + pass_cost for r in runs)
+
+    assert length_runs([30, 31, 150, 29], 32) == [[3, 0, 1], [2]]  # the long one alone: 3 x 119 ids spared
+    assert length_runs([30, 31, 150, 29], 1000) == [[3, 0, 1, 2]]  # a pass dearer than the padding
+    assert length_runs([], 32) == []
+    rng = random.Random(5)
+    for _ in range(30):
+        lengths = [rng.randint(1, 120) for _ in range(rng.randint(1, 7))]
+        s = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        brute = min(cost(lengths, [s[a:b] for a, b in zip((0,) + cuts, cuts + (len(s),))], 32)
+                    for k in range(len(s)) for cuts in itertools.combinations(range(1, len(s)), k))
+        runs = length_runs(lengths, 32)
+        assert sorted(i for r in runs for i in r) == list(range(len(lengths)))
+        assert cost(lengths, runs, 32) == brute
+
+
+def test_each_pass_runs_only_as_far_as_its_longest_row(tiny_policy):
+    """A group of four rollouts of one prompt, one of which took a second turn, and two rows of their own:
+    the long rollout runs alone, the short ones only to their own end, and the logits and gradients on
+    real positions are the ordinary forward's."""
+    model, _ = tiny_policy
+    model.train()
+    g = torch.Generator().manual_seed(2)
+    prompt = torch.randint(5, 4000, (40,), generator=g)
+    rows = [torch.cat([prompt, torch.randint(5, 4000, (n,), generator=g)]) for n in (6, 8, 7, 90)]
+    rows += [torch.randint(5, 4000, (n,), generator=g) for n in (44, 47)]
+    lengths, width = [len(r) for r in rows], max(len(r) for r in rows)
+    ids, attn = torch.zeros((len(rows), width), dtype=torch.long), torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], attn[i, :len(r)] = r, 1
+    start = 39
+    widths = []
+    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        shared = shared_prompt_logits(model, ids, attn, lengths, start)
+    finally:
+        hook.remove()
+    # the head (40 ids, once), the three short replies to 48, the long one alone, the two single rows to 47
+    assert sorted(widths) == sorted([(1, 40), (3, 8), (1, 90), (2, 47)])
+    plain = model(input_ids=ids, attention_mask=attn, logits_to_keep=width - start).logits
+    real = torch.zeros(plain.shape[:2], dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        real[i, :n - start] = True
+    assert (shared - plain).abs()[real].max() < 1e-4
+    for i, end in enumerate((48, 48, 48, 130, 47, 47)):  # past a pass's end: 0s, which no mask reads
+        assert not shared[i, end - start:].any() and shared[i, :end - start].abs().sum(-1).all(), i
+    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))
+    params = [p for p in model.parameters() if p.requires_grad]
+    g_plain = torch.autograd.grad((plain * weights)[real].sum(), params)
+    g_shared = torch.autograd.grad((shared * weights)[real].sum(), params)
+    for a, b in zip(g_plain, g_shared):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(a.abs().max())))
+    model.eval()

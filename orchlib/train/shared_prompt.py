@@ -10,7 +10,12 @@ the loss and every gradient).
 
 Heads are found from the ids alone (`shared_heads`): rows are sorted, and a run of rows is given the
 longest prefix they all share, split where that saves more work. Rows that share nothing long go
-through one ordinary batched forward.
+through ordinary batched forwards.
+
+Each pass runs only as far as its longest row, not to the batch's width: one rollout that took a second
+turn, or one long question, would otherwise pad every row of the batch to its length. Rows of one head
+are split further by length (`length_runs`) where a pass of their own costs less than the padding it
+spares; positions past a pass's end get logits of 0, which the callers' masks never read.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["can_share", "shared_heads", "shared_prompt_logits"]
+__all__ = ["can_share", "length_runs", "shared_heads", "shared_prompt_logits"]
 
 
 def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
@@ -54,11 +59,28 @@ def shared_heads(rows: Sequence[Sequence[int]], min_share: int = 16) -> list[tup
     return best(0, len(rows))[1]
 
 
+def length_runs(lengths: Sequence[int], pass_cost: int = 32) -> list[list[int]]:
+    """Indices of `lengths` in runs of similar length, each to be run as one padded pass: the split that
+    minimises the ids computed (a run costs its rows x its longest) plus `pass_cost` ids for each pass.
+    Runs are contiguous in the sorted order, so the best split is found exactly by a small dynamic program."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best, cut = [0] + [0] * n, [0] * (n + 1)
+    for j in range(1, n + 1):  # best[j]: the cheapest split of the j shortest rows
+        best[j], cut[j] = min((best[i] + (j - i) * lengths[order[j - 1]] + pass_cost, i) for i in range(j))
+    runs, j = [], n
+    while j:
+        runs.append(order[cut[j]:j])
+        j = cut[j]
+    return runs[::-1]
+
+
 def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: Sequence[int], start: int,
-                         min_share: int = 16, min_saved: float = 0.25) -> torch.Tensor:
+                         min_share: int = 16, min_saved: float = 0.25, pass_cost: int = 32) -> torch.Tensor:
     """Logits [B, W - start, V] of positions start .. W-1 of right-padded `ids` [B, W] (`lengths`: each
-    row's real ids; `attn` marks them), computing each head that rows share once. When sharing would
-    spare less than `min_saved` of the batch's ids, the ordinary forward runs instead."""
+    row's real ids; `attn` marks them), computing each head that rows share once; positions at or past
+    a row's length may hold 0s. When sharing would spare less than `min_saved` of the batch's ids, the
+    ordinary forward runs instead. `pass_cost`: what one more forward pass is worth in ids (`length_runs`)."""
     from transformers import DynamicCache
 
     B, W = ids.shape
@@ -67,29 +89,36 @@ def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: 
     if saved < min_saved * sum(lengths):  # each extra forward costs a little: share only when it pays
         return model(input_ids=ids, attention_mask=attn, logits_to_keep=W - start).logits
     out: list[torch.Tensor | None] = [None] * B
+
+    def place(rows: list[int], logits: torch.Tensor) -> None:
+        """Rows' logits from `start` to their pass's end, padded with 0s to W - start."""
+        logits = torch.nn.functional.pad(logits, (0, 0, 0, W - start - logits.shape[1]))
+        for j, r in enumerate(rows):
+            out[r] = logits[j]
+
     singles: list[int] = []
     for head, rows in heads:
-        n = min(head, W - 1)  # at least one position left to run per row
+        n = min(head, max(lengths[r] for r in rows) - 1)  # at least one position left to run per row
         if len(rows) == 1 or n < min_share:
             singles += rows
             continue
-        g, idx = len(rows), torch.tensor(rows, device=ids.device)
         first = model(input_ids=ids[rows[0]:rows[0] + 1, :n], use_cache=True, logits_to_keep=max(n - start, 1))
-        past = [(layer.keys.expand(g, -1, -1, -1), layer.values.expand(g, -1, -1, -1))
-                for layer in first.past_key_values.layers]
-        cache = DynamicCache(ddp_cache_data=past, config=_config(model))
-        rest_attn = torch.cat([torch.ones((g, n), dtype=attn.dtype, device=attn.device), attn[idx, n:]], dim=-1)
-        pos = torch.arange(n, W, device=ids.device).expand(g, -1)
-        rest = model(input_ids=ids[idx, n:], attention_mask=rest_attn, position_ids=pos, past_key_values=cache,
-                     use_cache=False).logits
-        both = torch.cat([first.logits.expand(g, -1, -1), rest], dim=1) if n > start else rest[:, start - n:]
-        for j, r in enumerate(rows):
-            out[r] = both[j]
-    if singles:
-        idx = torch.tensor(singles, device=ids.device)
-        logits = model(input_ids=ids[idx], attention_mask=attn[idx], logits_to_keep=W - start).logits
-        for j, r in enumerate(singles):
-            out[r] = logits[j]
+        for run in length_runs([lengths[r] - n for r in rows], pass_cost):
+            part = [rows[j] for j in run]
+            g, idx = len(part), torch.tensor(part, device=ids.device)
+            end = max(max(lengths[r] for r in part), n + 1, start + 1)
+            past = [(layer.keys.expand(g, -1, -1, -1), layer.values.expand(g, -1, -1, -1))
+                    for layer in first.past_key_values.layers]  # views: their gradients add up in the head
+            cache = DynamicCache(ddp_cache_data=past, config=_config(model))
+            rest_attn = torch.cat([torch.ones((g, n), dtype=attn.dtype, device=attn.device), attn[idx, n:end]], dim=-1)
+            pos = torch.arange(n, end, device=ids.device).expand(g, -1)
+            rest = model(input_ids=ids[idx, n:end], attention_mask=rest_attn, position_ids=pos,
+                         past_key_values=cache, use_cache=False).logits
+            place(part, torch.cat([first.logits.expand(g, -1, -1), rest], dim=1) if n > start else rest[:, start - n:])
+    for run in length_runs([lengths[r] for r in singles], pass_cost):
+        part = [singles[j] for j in run]
+        idx, end = torch.tensor(part, device=ids.device), max(max(lengths[r] for r in part), start + 1)
+        place(part, model(input_ids=ids[idx, :end], attention_mask=attn[idx, :end], logits_to_keep=end - start).logits)
     return torch.stack(out)  # type: ignore[arg-type]
 
 
