@@ -154,10 +154,11 @@ def test_length_runs_is_the_cheapest_split_into_runs_of_similar_length():
         assert cost(lengths, runs, 32) == brute
 
 
-def test_each_pass_runs_only_as_far_as_its_longest_row(tiny_policy):
-    """A group of four rollouts of one prompt, one of which took a second turn, and two rows of their own:
-    the long rollout runs alone, the short ones only to their own end, and the logits and gradients on
-    real positions are the ordinary forward's."""
+def test_each_pass_runs_only_where_its_rows_need_logits(tiny_policy):
+    """A group of four rollouts of one prompt, one of which took a second turn, and two rows of their own,
+    each scored from a position of its own: the long rollout runs alone, the short ones only to their own
+    end, each pass projects onto the vocabulary only from its rows' first scored position, and the logits
+    and gradients where each row is scored are the ordinary forward's."""
     model, _ = tiny_policy
     model.train()
     g = torch.Generator().manual_seed(2)
@@ -168,23 +169,26 @@ def test_each_pass_runs_only_as_far_as_its_longest_row(tiny_policy):
     ids, attn = torch.zeros((len(rows), width), dtype=torch.long), torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
         ids[i, :len(r)], attn[i, :len(r)] = r, 1
-    start = 39
-    widths = []
-    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)),
-                                           with_kwargs=True)
+    start, starts = 39, [39, 39, 41, 60, 42, 45]
+    passes = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: passes.append((tuple(kw["input_ids"].shape), kw["logits_to_keep"])), with_kwargs=True)
     try:
-        shared = shared_prompt_logits(model, ids, attn, lengths, start)
+        shared = shared_prompt_logits(model, ids, attn, lengths, start, starts=starts)
     finally:
         hook.remove()
-    # the head (40 ids, once), the three short replies to 48, the long one alone, the two single rows to 47
-    assert sorted(widths) == sorted([(1, 40), (3, 8), (1, 90), (2, 47)])
+    # the head (40 ids, once; its last position is row 0's first scored one), the three short replies to
+    # 48, the long one alone and scored from 60, the two single rows to 47 and scored from 42
+    assert sorted(passes) == sorted([((1, 40), 1), ((3, 8), 8), ((1, 90), 70), ((2, 47), 5)])
     plain = model(input_ids=ids, attention_mask=attn, logits_to_keep=width - start).logits
     real = torch.zeros(plain.shape[:2], dtype=torch.bool)
-    for i, n in enumerate(lengths):
-        real[i, :n - start] = True
+    for i, (s, n) in enumerate(zip(starts, lengths)):
+        real[i, s - start:n - start] = True
     assert (shared - plain).abs()[real].max() < 1e-4
-    for i, end in enumerate((48, 48, 48, 130, 47, 47)):  # past a pass's end: 0s, which no mask reads
-        assert not shared[i, end - start:].any() and shared[i, :end - start].abs().sum(-1).all(), i
+    for i, (first, end) in enumerate(((39, 48), (39, 48), (39, 48), (60, 130), (42, 47), (42, 47))):
+        computed = torch.zeros(width - start, dtype=torch.bool)
+        computed[first - start:end - start] = True
+        assert not shared[i, ~computed].any() and shared[i, computed].abs().sum(-1).all(), i  # 0s around
     weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))
     params = [p for p in model.parameters() if p.requires_grad]
     g_plain = torch.autograd.grad((plain * weights)[real].sum(), params)
@@ -192,3 +196,10 @@ def test_each_pass_runs_only_as_far_as_its_longest_row(tiny_policy):
     for a, b in zip(g_plain, g_shared):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(a.abs().max())))
     model.eval()
+
+
+def test_first_marked_is_each_rows_first_scored_position():
+    from orchlib.train.shared_prompt import first_marked
+
+    marks = torch.tensor([[0, 0, 1, 1, 0], [1, 0, 0, 0, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    assert first_marked(marks) == [2, 0, 4]

@@ -129,6 +129,29 @@ def test_the_loss_is_cross_entropy_on_the_masked_ids_only(tiny_policy):
     assert report.losses[0] == pytest.approx(expected, abs=tol)
 
 
+def test_the_batch_loss_with_shared_heads_is_the_mean_over_every_labelled_id(tiny_policy):
+    """Rows that share a 20-id head, rows of their own, replies that begin at different positions: with
+    and without the shared-head forward, the loss is the mean of -log p over every labelled id, computed
+    here row by row."""
+    from orchlib.train.sft import batch_tensors, sft_loss
+
+    model, _ = tiny_policy
+    head = list(range(30, 50))
+    examples = [SFTExample(head + [7] * k + [8, 9, 10][:r], [0] * (20 + k) + [1] * r)
+                for k, r in ((2, 3), (5, 2), (1, 3))]
+    examples += [SFTExample(list(range(60, 60 + n)), [0] * (n - 2) + [1, 1]) for n in (9, 26)]
+    expected, count = 0.0, 0
+    with torch.no_grad():
+        for ex in examples:
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ex.ids])).logits[0].float(), -1)
+            for i, (t, m) in enumerate(zip(ex.ids, ex.mask)):
+                if m:
+                    expected, count = expected - float(logp[i - 1, t]), count + 1
+        for share in (False, True):
+            loss = sft_loss(model, *batch_tensors(examples, 0, "cpu"), share=share)
+            assert float(loss) == pytest.approx(expected / count, abs=1e-5)
+
+
 def test_sft_then_grpo_with_another_precision_is_a_clear_error():
     """Accelerate fixes one precision per process. SFT then GRPO in one kernel on their defaults agree
     ("auto" on both); a second loop asking for another precision names both settings. In a fresh

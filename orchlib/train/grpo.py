@@ -51,7 +51,7 @@ from orchlib.train.loss import group_advantages, keep_groups
 from orchlib.train.metrics import flat, gather_dicts, step_metrics, sum_dicts, term_means
 from orchlib.train.saving import resume_trainer, save_trainer
 from orchlib.train.setup import lr_factor, make_engine
-from orchlib.train.shared_prompt import can_share, shared_prompt_logits
+from orchlib.train.shared_prompt import can_share, first_marked, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
 __all__ = ["LoraSettings", "GRPOConfig", "StepReport", "Trainer", "TrainingDiverged"]
@@ -281,8 +281,9 @@ class Trainer:
         # used, and on a long prompt the vocabulary projection and its softmax are a large share of the work.
         start = int(mask.any(0).nonzero()[0]) if bool(mask.any()) else 0
         tgt, mask, old = ids[:, start + 1:], mask[:, start:], old[:, start:]
-        lengths = [len(t.ids) for t in trajs]
-        logits = self._logits(self.model, ids, attn, ids.shape[1] - start, lengths)  # the last predicts no id
+        # each row's length and first scored position (mask's columns begin at position `start`)
+        rows = ([len(t.ids) for t in trajs], [start + c for c in first_marked(mask > 0)])
+        logits = self._logits(self.model, ids, attn, ids.shape[1] - start, rows)  # the last predicts no id
         logp, logp_all, ent = self._policy_logprobs(logits, tgt)
         del logits  # the graph keeps what its backward needs: the rest is freed before the loss runs
         with torch.no_grad():
@@ -294,7 +295,7 @@ class Trainer:
             # log-probs are the ratio's denominator and an engine mismatch cannot bias the update.
             old = logp.detach()
         batch = MicroBatch(logp, logp_all, old, torch.tensor(advantages, dtype=torch.float32, device=dev), mask,
-                           ent, start, extra, lambda full=False: self._ref_logprobs(ids, attn, tgt, full, lengths))
+                           ent, start, extra, lambda full=False: self._ref_logprobs(ids, attn, tgt, full, rows))
         loss, s = self.hooks.token_loss(batch, cfg)
         weight = mask.sum().item() if cfg.loss_level == "token" else float(len(trajs))
         with torch.no_grad():
@@ -319,25 +320,26 @@ class Trainer:
             ent = -(logp_all.exp() * logp_all).sum(-1)
         return logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1), logp_all, ent
 
-    def _logits(self, model, ids, attn, keep: int, lengths: list[int] | None = None) -> torch.Tensor:
+    def _logits(self, model, ids, attn, keep: int, rows: tuple[list[int], list[int]] | None = None) -> torch.Tensor:
         """Logits of the last `keep` positions (all of them for models whose forward cannot skip). With
-        `lengths` (each row's real ids), rows that share a prompt compute it once (`shared_prompt`)."""
-        if lengths is not None and self._share_prompts:
-            return shared_prompt_logits(model, ids, attn, lengths, ids.shape[1] - keep)
+        `rows` (each row's real ids and the first position it is scored at), rows that share a prompt
+        compute it once (`shared_prompt`); a row's logits are then exact from that position on only."""
+        if rows is not None and self._share_prompts:
+            return shared_prompt_logits(model, ids, attn, rows[0], ids.shape[1] - keep, starts=rows[1])
         if self._can_skip_logits:
             return model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
         return model(input_ids=ids, attention_mask=attn).logits[:, -keep:]
 
     @torch.no_grad()
-    def _ref_logprobs(self, ids, attn, tgt, full: bool = False, lengths: list[int] | None = None):
+    def _ref_logprobs(self, ids, attn, tgt, full: bool = False, rows: tuple[list[int], list[int]] | None = None):
         """The reference policy's log-probs of `tgt` [B, T], or of every id [B, T, V] if `full`."""
         temp = self.config.rollout.temperature or 1.0
         keep = tgt.shape[1] + 1
         if self.config.lora:
             with self.accelerator.unwrap_model(self.model).disable_adapter():
-                logits = self._logits(self.model, ids, attn, keep, lengths)
+                logits = self._logits(self.model, ids, attn, keep, rows)
         else:
-            logits = self._logits(self.ref_model, ids, attn, keep, lengths)
+            logits = self._logits(self.ref_model, ids, attn, keep, rows)
         if full:
             return torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
         return sampled_logprobs(logits, tgt, temp)[0]  # no [B, T, V] log-softmax at once

@@ -35,7 +35,7 @@ from orchlib.env import Environment
 from orchlib.rollout import RolloutConfig, rollout
 from orchlib.settings import Settings
 from orchlib.tasks import Task
-from orchlib.train.shared_prompt import can_share, shared_prompt_logits
+from orchlib.train.shared_prompt import can_share, first_marked, shared_prompt_logits
 from orchlib.trajectory import Trajectory
 
 __all__ = ["SFTConfig", "SFTReport", "SFTExample", "golden_script", "golden_trajectories", "sft_train",
@@ -263,14 +263,16 @@ def sft_loss(pmodel, ids: torch.Tensor, attn: torch.Tensor, labels: torch.Tensor
     start = int(hit[0]) if len(hit) else 0
     keep = ids.shape[1] - start
     if share:
-        logits = shared_prompt_logits(pmodel, ids, attn, attn.sum(1).tolist(), start)
+        logits = shared_prompt_logits(pmodel, ids, attn, attn.sum(1).tolist(), start,
+                                      starts=first_marked(target != -100))
     elif "logits_to_keep" in _forward_params(pmodel):
         logits = pmodel(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
     else:
         logits = pmodel(input_ids=ids, attention_mask=attn).logits[:, -keep:]
-    logits = logits[:, :-1].float()
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target[:, start:].reshape(-1),
-                                             ignore_index=-100)
+    # the labelled positions alone go through the softmax (a prompt's tail past `start` is often most of them)
+    target = target[:, start:]
+    scored = target != -100
+    return torch.nn.functional.cross_entropy(logits[:, :-1][scored].float(), target[scored])
 
 
 def _forward_params(pmodel) -> set[str]:

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["can_share", "length_runs", "shared_heads", "shared_prompt_logits"]
+__all__ = ["can_share", "first_marked", "length_runs", "shared_heads", "shared_prompt_logits"]
 
 
 def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
@@ -76,25 +76,32 @@ def length_runs(lengths: Sequence[int], pass_cost: int = 32) -> list[list[int]]:
 
 
 def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: Sequence[int], start: int,
-                         min_share: int = 16, min_saved: float = 0.25, pass_cost: int = 32) -> torch.Tensor:
+                         min_share: int = 16, min_saved: float = 0.25, pass_cost: int = 32,
+                         starts: Sequence[int] | None = None) -> torch.Tensor:
     """Logits [B, W - start, V] of positions start .. W-1 of right-padded `ids` [B, W] (`lengths`: each
-    row's real ids; `attn` marks them), computing each head that rows share once; positions at or past
-    a row's length may hold 0s. When sharing would spare less than `min_saved` of the batch's ids, the
-    ordinary forward runs instead. `pass_cost`: what one more forward pass is worth in ids (`length_runs`)."""
+    row's real ids; `attn` marks them), computing each head that rows share once. `starts`: the first
+    position whose logits each row needs (>= `start`; all `start` if None): a pass projects onto the
+    vocabulary only from its rows' earliest, so the prompts' tails of rows whose replies begin later cost
+    no logits. A row's logits are exact from its start to its length; elsewhere they may be 0s. When
+    sharing would spare less than `min_saved` of the batch's ids, the ordinary forward runs instead.
+    `pass_cost`: what one more forward pass is worth in ids (`length_runs`)."""
     from transformers import DynamicCache
 
     B, W = ids.shape
+    starts = [start] * B if starts is None else [min(max(s, start), W - 1) for s in starts]
     heads = shared_heads([ids[r, :lengths[r]].tolist() for r in range(B)], min_share)
     saved = sum((len(rows) - 1) * head for head, rows in heads)
     if saved < min_saved * sum(lengths):  # each extra forward costs a little: share only when it pays
         return model(input_ids=ids, attention_mask=attn, logits_to_keep=W - start).logits
     out: list[torch.Tensor | None] = [None] * B
 
-    def place(rows: list[int], logits: torch.Tensor) -> None:
-        """Rows' logits from `start` to their pass's end, padded with 0s to W - start."""
-        logits = torch.nn.functional.pad(logits, (0, 0, 0, W - start - logits.shape[1]))
-        for j, r in enumerate(rows):
-            out[r] = logits[j]
+    def place(rows: list[int], logits: torch.Tensor, first: int, end: int) -> None:
+        """Rows' logits of positions first .. end-1, set among W - start positions with 0s around them.
+        Rows are taken apart with `unbind` and joined by one `stack`: indexing a row out one at a time
+        would give each its own zero-filled gradient of the whole pass in the backward."""
+        logits = torch.nn.functional.pad(logits, (0, 0, first - start, W - end))
+        for r, row in zip(rows, logits.unbind(0)):
+            out[r] = row
 
     singles: list[int] = []
     for head, rows in heads:
@@ -102,24 +109,36 @@ def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: 
         if len(rows) == 1 or n < min_share:
             singles += rows
             continue
-        first = model(input_ids=ids[rows[0]:rows[0] + 1, :n], use_cache=True, logits_to_keep=max(n - start, 1))
+        s_head = min(starts[r] for r in rows)
+        first = model(input_ids=ids[rows[0]:rows[0] + 1, :n], use_cache=True, logits_to_keep=max(n - s_head, 1))
         for run in length_runs([lengths[r] - n for r in rows], pass_cost):
             part = [rows[j] for j in run]
-            g, idx = len(part), torch.tensor(part, device=ids.device)
-            end = max(max(lengths[r] for r in part), n + 1, start + 1)
+            g, idx, s = len(part), torch.tensor(part, device=ids.device), min(starts[r] for r in part)
+            end = max(max(lengths[r] for r in part), n + 1, s + 1)
             past = [(layer.keys.expand(g, -1, -1, -1), layer.values.expand(g, -1, -1, -1))
                     for layer in first.past_key_values.layers]  # views: their gradients add up in the head
             cache = DynamicCache(ddp_cache_data=past, config=_config(model))
             rest_attn = torch.cat([torch.ones((g, n), dtype=attn.dtype, device=attn.device), attn[idx, n:end]], dim=-1)
             pos = torch.arange(n, end, device=ids.device).expand(g, -1)
             rest = model(input_ids=ids[idx, n:end], attention_mask=rest_attn, position_ids=pos,
-                         past_key_values=cache, use_cache=False).logits
-            place(part, torch.cat([first.logits.expand(g, -1, -1), rest], dim=1) if n > start else rest[:, start - n:])
+                         past_key_values=cache, use_cache=False, logits_to_keep=end - max(s, n)).logits
+            if s < n:  # the head's own last positions predict reply ids too
+                rest = torch.cat([first.logits[:, s - s_head:].expand(g, -1, -1), rest], dim=1)
+            place(part, rest, s, end)
     for run in length_runs([lengths[r] for r in singles], pass_cost):
         part = [singles[j] for j in run]
-        idx, end = torch.tensor(part, device=ids.device), max(max(lengths[r] for r in part), start + 1)
-        place(part, model(input_ids=ids[idx, :end], attention_mask=attn[idx, :end], logits_to_keep=end - start).logits)
+        idx, s = torch.tensor(part, device=ids.device), min(starts[r] for r in part)
+        end = max(max(lengths[r] for r in part), s + 1)
+        place(part, model(input_ids=ids[idx, :end], attention_mask=attn[idx, :end], logits_to_keep=end - s).logits,
+              s, end)
     return torch.stack(out)  # type: ignore[arg-type]
+
+
+def first_marked(marks: torch.Tensor) -> list[int]:
+    """Each row's first True column of `marks` [B, T] (a row without one: T - 1): the `starts` of
+    `shared_prompt_logits` when column c marks that position c predicts a scored id."""
+    first = marks.int().argmax(1)  # argmax gives the first of equal maxima
+    return torch.where(marks.any(1), first, marks.shape[1] - 1).tolist()
 
 
 def can_share(model, num_processes: int) -> bool:
