@@ -203,3 +203,4 @@ def test_first_marked_is_each_rows_first_scored_position():
 
     marks = torch.tensor([[0, 0, 1, 1, 0], [1, 0, 0, 0, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
     assert first_marked(marks) == [2, 0, 4]
+    assert first_marked(torch.zeros((2, 0), dtype=torch.bool)) == [0, 0]

@@ -45,7 +45,7 @@ REWARD_FILE = shipped_dir("rewards") / "toolorchestra.yaml"
 # (`accuracy=1, cost=0, latency=0`) the two profiles' lines differ in two ids of ~170, and after the warm
 # start the GSM8K choice's gradients under the two profiles were parallel to 1 - cos 6e-6..4e-5, the
 # sliver RL had to build P's reading from. In words after the question: 4.2e-3..2.4e-2 on settings seeds, and
-# 1.1e-2..3.2e-2 with the warm start's reading drills (docs/results.md, "The demo").
+# 6.4e-3..4.8e-2 with the warm start's reading drills (docs/results.md, "The demo").
 DEMO_WORDS: dict[str, str] = {
     "accuracy": "only a right answer counts here; what a tool costs does not matter at all, so call the tool most "
                 "likely to be right, however dear.",

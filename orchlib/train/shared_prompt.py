@@ -15,7 +15,9 @@ through ordinary batched forwards.
 Each pass runs only as far as its longest row, not to the batch's width: one rollout that took a second
 turn, or one long question, would otherwise pad every row of the batch to its length. Rows of one head
 are split further by length (`length_runs`) where a pass of their own costs less than the padding it
-spares; positions past a pass's end get logits of 0, which the callers' masks never read.
+spares. And a pass projects onto the vocabulary (a large share of a small model's work) only from the
+first position its rows are scored at (`starts`). Positions a pass did not compute get logits of 0, which
+the callers' masks never read.
 """
 
 from __future__ import annotations
@@ -137,6 +139,8 @@ def shared_prompt_logits(model, ids: torch.Tensor, attn: torch.Tensor, lengths: 
 def first_marked(marks: torch.Tensor) -> list[int]:
     """Each row's first True column of `marks` [B, T] (a row without one: T - 1): the `starts` of
     `shared_prompt_logits` when column c marks that position c predicts a scored id."""
+    if not marks.shape[1]:
+        return [0] * marks.shape[0]
     first = marks.int().argmax(1)  # argmax gives the first of equal maxima
     return torch.where(marks.any(1), first, marks.shape[1] - 1).tolist()
 
