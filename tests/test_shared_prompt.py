@@ -35,6 +35,16 @@ def _batch(seed: int = 0):
     return ids, attn, [len(r) for r in rows], heads, start, real[:, start:]
 
 
+def _same_gradients(model, plain: torch.Tensor, shared: torch.Tensor, real: torch.Tensor) -> None:
+    """A random weighting of the logits on `real` positions has the same gradient through both forwards."""
+    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))
+    params = [p for p in model.parameters() if p.requires_grad]
+    g_plain = torch.autograd.grad((plain * weights)[real].sum(), params)
+    g_shared = torch.autograd.grad((shared * weights)[real].sum(), params)
+    for a, b in zip(g_plain, g_shared):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(a.abs().max())))
+
+
 def test_shared_heads_finds_the_prefix_each_run_of_rows_shares():
     ids, _, lengths, heads, _, _ = _batch()
     rows = [ids[r, :n].tolist() for r, n in enumerate(lengths)]
@@ -75,12 +85,7 @@ def test_shared_prompt_logits_and_gradients_match_the_plain_forward(tiny_policy)
     assert len(calls) == 5  # two shared heads (head + rest each), then the row of its own
     assert shared.shape == plain.shape
     assert (shared - plain).abs()[real].max() < 1e-4
-    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))
-    params = [p for p in model.parameters() if p.requires_grad]
-    g_plain = torch.autograd.grad((plain * weights)[real].sum(), params)
-    g_shared = torch.autograd.grad((shared * weights)[real].sum(), params)
-    for a, b in zip(g_plain, g_shared):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(a.abs().max())))
+    _same_gradients(model, plain, shared, real)
     model.eval()
 
 
@@ -189,12 +194,7 @@ def test_each_pass_runs_only_where_its_rows_need_logits(tiny_policy):
         computed = torch.zeros(width - start, dtype=torch.bool)
         computed[first - start:end - start] = True
         assert not shared[i, ~computed].any() and shared[i, computed].abs().sum(-1).all(), i  # 0s around
-    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1))
-    params = [p for p in model.parameters() if p.requires_grad]
-    g_plain = torch.autograd.grad((plain * weights)[real].sum(), params)
-    g_shared = torch.autograd.grad((shared * weights)[real].sum(), params)
-    for a, b in zip(g_plain, g_shared):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * max(1.0, float(a.abs().max())))
+    _same_gradients(model, plain, shared, real)
     model.eval()
 
 
