@@ -67,7 +67,7 @@ def length_runs(lengths: Sequence[int], pass_cost: int = 32) -> list[list[int]]:
     Runs are contiguous in the sorted order, so the best split is found exactly by a small dynamic program."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     n = len(order)
-    best, cut = [0] + [0] * n, [0] * (n + 1)
+    best, cut = [0] * (n + 1), [0] * (n + 1)
     for j in range(1, n + 1):  # best[j]: the cheapest split of the j shortest rows
         best[j], cut[j] = min((best[i] + (j - i) * lengths[order[j - 1]] + pass_cost, i) for i in range(j))
     runs, j = [], n
